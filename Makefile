@@ -1,0 +1,30 @@
+# Every target creates .venv on first use: a fresh clone needs only python3 and make.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: setup run test test-all bench repro clean
+setup: $(STAMP)
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+run: setup            ## the chapter's experiment at budgets 64, 512, 8192, logged to MLflow
+	$(PY) run.py experiment=ch10 scheduler.budget=64,512,8192 -m
+
+test: setup           ## the default suite (< 5 min on 2 cores)
+	$(PY) -m pytest
+
+test-all: setup       ## including tests marked slow
+	$(PY) -m pytest -m ""
+
+bench: setup          ## engine micro-benchmark, printed
+	$(PY) pipelines/bench_engine.py
+
+repro: setup          ## regenerate outputs/ (tables, plots, report) with DVC
+	$(VENV)/bin/dvc repro
+
+clean:
+	rm -rf multirun runs .pytest_cache

@@ -1,0 +1,236 @@
+"""Typed run configuration, built once from the composed Hydra config and validated.
+
+Nothing below the entry point sees a DictConfig. Every bad value raises
+ConfigError whose message names the key and the value.
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from pathlib import Path
+from dataclasses import dataclass, field
+
+
+class ChunklabError(Exception):
+    """A user-facing error: printed as one line, no traceback."""
+
+
+class ConfigError(ChunklabError):
+    pass
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str = "tiny_gpt"
+    vocab_size: int = 260
+    num_layers: int = 6
+    d_model: int = 256
+    num_heads: int = 8
+    num_kv_heads: int = 2
+    head_dim: int = 32
+    mlp_hidden: int = 1024
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    max_seq_len: int = 2048
+    seed: int = 0
+    dtype: str = "float32"  # float32 | float64 | bfloat16
+    attention: str = "sdpa"  # sdpa | naive (materialised scores; ablation only)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    device: str = "cpu"  # cpu | cuda
+    threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+    clock: str = "replay"  # replay | wall
+    mixed_batch: bool = True  # one forward per step for decodes and every chunk
+    block_size: int = 16  # tokens per KV block
+    num_blocks: int = 1024  # KV blocks in the pool
+    temperature: float = 0.0  # 0 = greedy
+    sampling_seed: int = 0
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    budget: int = 512  # tokens per step
+    ordering: str = "decode_first"  # decode_first | prefill_first
+    admission: str = "fcfs"  # fcfs | shortest_prompt_first
+    max_num_seqs: int = 8  # running sequences at most
+    max_partial_prefills: int = 1  # prefills in flight across steps at once
+    long_prefill_threshold: int = 0  # cap on one prefill's chunk per step; 0 = off
+
+
+@dataclass(frozen=True)
+class LengthClass:
+    label: str
+    weight: float
+    min_tokens: int
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class TraceConfig:
+    path: str = ""
+    start_offset: int = 0  # data rows skipped from the top; workload.num_requests rows are read
+    time_scale: float = 1.0  # arrival times are multiplied by this (< 1 is faster)
+    length_scale: float = 1.0  # token counts are multiplied by this
+    overlong: str = "clip"  # clip | reject: prompts longer than the model allows
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    name: str = "ch10_mixed"
+    kind: str = "synthetic"  # synthetic | trace
+    num_requests: int = 24
+    seed: int = 3
+    arrival: str = "poisson"  # poisson | gamma | all_at_once
+    rate_per_s: float = 8.0
+    burstiness: float = 1.0  # gamma shape; 1 = Poisson, < 1 burstier
+    classes: tuple[LengthClass, ...] = ()
+    min_output_tokens: int = 32
+    max_output_tokens: int = 64
+    trace: TraceConfig = field(default_factory=TraceConfig)
+
+
+@dataclass(frozen=True)
+class SloConfig:
+    ttft_s: float | None = 1.0
+    tpot_s: float | None = 0.05  # per-request mean gap (the chapter's "ITL")
+    itl_p99_s: float | None = None  # per-request p99 of its token gaps
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    enabled: bool = True
+    tracking_uri: str = ""  # "" = MLFLOW_TRACKING_URI, else sqlite:///<project>/mlflow.db
+    experiment_name: str = "chunklab"
+    run_name: str = ""
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    slo: SloConfig = field(default_factory=SloConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
+# -- building ------------------------------------------------------------------
+
+def build(cls, data, prefix: str = ""):
+    """Make dataclass `cls` from nested plain data, checking keys and types."""
+    if dataclasses.is_dataclass(data):
+        return data
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or 'config'}={data!r}: expected a mapping")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{prefix}{unknown[0]}: unknown key (known: {', '.join(sorted(names))})")
+    kwargs = {k: _coerce(hints[k], v, f"{prefix}{k}") for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def _coerce(hint, value, key: str):
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
+        if value is None and type(None) in args:
+            return None
+        hint = next(a for a in args if a is not type(None))
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        return build(hint, value, key + ".")
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}={value!r}: expected a list")
+        return tuple(_coerce(args[0], v, f"{key}[{i}]") for i, v in enumerate(value))
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}={value!r}: expected true or false")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}={value!r}: expected an integer")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}={value!r}: expected a number")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}={value!r}: expected a string")
+        return value
+    return value
+
+
+def build_run_config(data: dict) -> RunConfig:
+    cfg = build(RunConfig, data)
+    validate(cfg)
+    return cfg
+
+
+# -- validation ----------------------------------------------------------------
+
+def _check(ok: bool, key: str, value, why: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value!r}: {why}")
+
+
+def _one_of(key: str, value, allowed) -> None:
+    _check(value in allowed, key, value, f"must be one of {', '.join(allowed)}")
+
+
+def validate(cfg: RunConfig) -> None:
+    m, e, s, w, slo = cfg.model, cfg.engine, cfg.scheduler, cfg.workload, cfg.slo
+    for key in ("vocab_size", "num_layers", "d_model", "num_heads", "num_kv_heads", "head_dim", "mlp_hidden", "max_seq_len"):
+        _check(getattr(m, key) >= 1, f"model.{key}", getattr(m, key), "must be >= 1")
+    _check(m.num_heads % m.num_kv_heads == 0, "model.num_kv_heads", m.num_kv_heads, "must divide model.num_heads")
+    _check(m.head_dim % 2 == 0, "model.head_dim", m.head_dim, "must be even (RoPE)")
+    _one_of("model.dtype", m.dtype, ("float32", "float64", "bfloat16"))
+    _one_of("model.attention", m.attention, ("sdpa", "naive"))
+    _one_of("engine.device", e.device, ("cpu", "cuda"))
+    _one_of("engine.clock", e.clock, ("replay", "wall"))
+    _check(e.threads >= 0, "engine.threads", e.threads, "must be >= 0")
+    _check(e.block_size >= 1, "engine.block_size", e.block_size, "must be >= 1")
+    _check(e.num_blocks >= 1, "engine.num_blocks", e.num_blocks, "must be >= 1")
+    _check(e.temperature >= 0, "engine.temperature", e.temperature, "must be >= 0")
+    _check(s.max_num_seqs >= 1, "scheduler.max_num_seqs", s.max_num_seqs, "must be >= 1")
+    _check(s.budget >= s.max_num_seqs, "scheduler.budget", s.budget,
+           f"must be >= scheduler.max_num_seqs ({s.max_num_seqs}) so every running sequence can decode")
+    _one_of("scheduler.ordering", s.ordering, ("decode_first", "prefill_first"))
+    _one_of("scheduler.admission", s.admission, ("fcfs", "shortest_prompt_first"))
+    _check(s.max_partial_prefills >= 1, "scheduler.max_partial_prefills", s.max_partial_prefills, "must be >= 1")
+    _check(s.long_prefill_threshold >= 0, "scheduler.long_prefill_threshold", s.long_prefill_threshold, "must be >= 0")
+    _validate_workload(w, m)
+    for key in ("ttft_s", "tpot_s", "itl_p99_s"):
+        v = getattr(slo, key)
+        _check(v is None or v > 0, f"slo.{key}", v, "must be > 0 or null")
+
+
+def _validate_workload(w: WorkloadConfig, m: ModelConfig) -> None:
+    _one_of("workload.kind", w.kind, ("synthetic", "trace"))
+    _check(w.num_requests >= 1, "workload.num_requests", w.num_requests, "must be >= 1")
+    _one_of("workload.arrival", w.arrival, ("poisson", "gamma", "all_at_once"))
+    _check(w.rate_per_s > 0, "workload.rate_per_s", w.rate_per_s, "must be > 0")
+    _check(w.burstiness > 0, "workload.burstiness", w.burstiness, "must be > 0")
+    _check(1 <= w.min_output_tokens <= w.max_output_tokens, "workload.min_output_tokens", w.min_output_tokens,
+           f"must be >= 1 and <= workload.max_output_tokens ({w.max_output_tokens})")
+    if w.kind == "synthetic":
+        _check(len(w.classes) > 0, "workload.classes", list(w.classes), "needs at least one length class")
+        for i, c in enumerate(w.classes):
+            key = f"workload.classes[{i}]"
+            _check(c.weight > 0, f"{key}.weight", c.weight, "must be > 0")
+            _check(1 <= c.min_tokens <= c.max_tokens, f"{key}.min_tokens", c.min_tokens,
+                   f"must be >= 1 and <= max_tokens ({c.max_tokens})")
+    t = w.trace
+    if w.kind == "trace":
+        _check(bool(t.path), "workload.trace.path", t.path, "is required when workload.kind=trace")
+        _check(Path(t.path).is_file(), "workload.trace.path", t.path, "no such file")
+    _check(t.start_offset >= 0, "workload.trace.start_offset", t.start_offset, "must be >= 0")
+    _check(t.time_scale > 0, "workload.trace.time_scale", t.time_scale, "must be > 0")
+    _check(t.length_scale > 0, "workload.trace.length_scale", t.length_scale, "must be > 0")
+    _one_of("workload.trace.overlong", t.overlong, ("clip", "reject"))

@@ -1,0 +1,87 @@
+"""The engine: admission checks and the step (schedule, run, postprocess)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chunklab.config import EngineConfig, ModelConfig, SchedulerConfig
+from chunklab.engine.block_manager import BlockManager
+from chunklab.engine.clock import WallClock
+from chunklab.engine.model_runner import ModelRunner
+from chunklab.engine.scheduler import Scheduler
+from chunklab.engine.sequence import Request, Sequence
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    start_s: float
+    duration_s: float
+    num_decode_tokens: int
+    num_prefill_tokens: int
+    num_prefill_chunks: int
+    num_running: int  # after the step
+    num_waiting: int
+    num_free_blocks: int
+    num_preempted: int
+
+
+class LLMEngine:
+    def __init__(self, model_cfg: ModelConfig, engine_cfg: EngineConfig, sched_cfg: SchedulerConfig,
+                 clock: WallClock, runner: ModelRunner | None = None):
+        self.max_seq_len = model_cfg.max_seq_len
+        self.block_manager = BlockManager(engine_cfg.num_blocks, engine_cfg.block_size)
+        self.scheduler = Scheduler(sched_cfg, self.block_manager)
+        self.runner = runner or ModelRunner(model_cfg, engine_cfg)
+        self.clock = clock
+
+    def add_request(self, request: Request) -> Sequence:
+        """Queues the request, or rejects it (phase REJECTED) if it can never run."""
+        seq = Sequence(request)
+        reason = self._rejection_reason(request)
+        if reason:
+            seq.reject(reason)
+        else:
+            self.scheduler.add(seq)
+        return seq
+
+    def _rejection_reason(self, request: Request) -> str:
+        num_prompt = len(request.prompt_token_ids)
+        # The last sampled token is never fed back, so it needs no position or slot.
+        num_positions = num_prompt + request.max_output_tokens - 1
+        if num_prompt == 0:
+            return "empty prompt"
+        if request.max_output_tokens < 1:
+            return "max_output_tokens < 1"
+        if num_positions > self.max_seq_len:
+            return f"prompt {num_prompt} + output {request.max_output_tokens} tokens exceed the model context {self.max_seq_len}"
+        num_blocks = self.block_manager.blocks_for_tokens(num_positions)
+        if num_blocks > self.block_manager.num_blocks:
+            return f"needs {num_blocks} KV blocks, the cache has {self.block_manager.num_blocks}"
+        return ""
+
+    def warmup(self) -> None:
+        """One short request through the whole path, so a run does not pay torch's first calls."""
+        self.add_request(Request(-1, 0.0, tuple(range(32)), 4))
+        while self.has_unfinished:
+            self.step()
+        self.scheduler.num_preemptions = self.scheduler.num_chunked_prefills = 0
+
+    @property
+    def has_unfinished(self) -> bool:
+        return self.scheduler.num_unfinished > 0
+
+    def step(self) -> tuple[StepRecord, list[Sequence]]:
+        start_s = self.clock.now()
+        plan = self.scheduler.schedule()
+        if plan.is_empty:
+            raise RuntimeError("scheduler made no progress with unfinished requests")
+        sampled = self.runner.run(plan)
+        end_s = self.clock.now()
+        finished = self.scheduler.postprocess(plan, sampled, start_s, end_s)
+        record = StepRecord(
+            start_s=start_s, duration_s=self.clock.now() - start_s,
+            num_decode_tokens=plan.num_decode_tokens, num_prefill_tokens=plan.num_prefill_tokens,
+            num_prefill_chunks=len(plan.prefills), num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting), num_free_blocks=self.block_manager.num_free_blocks,
+            num_preempted=len(plan.preempted),
+        )
+        return record, finished

@@ -1,0 +1,130 @@
+"""Executes a StepPlan: builds the flat batch and its paged-attention metadata,
+runs the model, samples. The only engine module that touches tensors."""
+from __future__ import annotations
+
+import torch
+
+from chunklab.config import EngineConfig, ModelConfig
+from chunklab.engine.scheduler import ScheduledChunk, StepPlan
+from chunklab.engine.sequence import Sequence
+from chunklab.model.attention import AttentionMetadata, DecodeBatch, PrefillSegment
+from chunklab.model.tiny_gpt import TinyGPT, TinyGPTConfig
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+
+
+def tiny_gpt_config(m: ModelConfig) -> TinyGPTConfig:
+    return TinyGPTConfig(
+        vocab_size=m.vocab_size, num_layers=m.num_layers, d_model=m.d_model, num_heads=m.num_heads,
+        num_kv_heads=m.num_kv_heads, head_dim=m.head_dim, mlp_hidden=m.mlp_hidden,
+        rope_theta=m.rope_theta, norm_eps=m.norm_eps, max_seq_len=m.max_seq_len,
+    )
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        from chunklab.config import ConfigError
+        raise ConfigError("engine.device='cuda': no CUDA device is available here")
+    return torch.device(name)
+
+
+class ModelRunner:
+    def __init__(self, model_cfg: ModelConfig, engine_cfg: EngineConfig):
+        self.device = resolve_device(engine_cfg.device)
+        self.dtype = DTYPES[model_cfg.dtype]
+        if engine_cfg.threads > 0:
+            torch.set_num_threads(engine_cfg.threads)
+        self.model = TinyGPT.from_seed(tiny_gpt_config(model_cfg), model_cfg.seed, self.dtype, self.device)
+        self.attention_impl = model_cfg.attention
+        self.mixed_batch = engine_cfg.mixed_batch
+        self.temperature = engine_cfg.temperature
+        self.sampling_seed = engine_cfg.sampling_seed
+        self.block_size = engine_cfg.block_size
+        cfg = self.model.cfg
+        shape = (cfg.num_layers, engine_cfg.num_blocks * engine_cfg.block_size, cfg.num_kv_heads, cfg.head_dim)
+        # kv pools: [L, num_slots, Hkv, D]; slot = block_id * block_size + offset
+        self.kv_cache = (torch.zeros(shape, dtype=self.dtype, device=self.device),
+                         torch.zeros(shape, dtype=self.dtype, device=self.device))
+        self._block_offsets = torch.arange(self.block_size, device=self.device)
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.kv_cache)
+
+    @torch.inference_mode()
+    def run(self, plan: StepPlan) -> dict[int, int]:
+        """Runs the plan's forward pass(es); returns seq_id -> sampled token."""
+        if self.mixed_batch:
+            return self._forward(plan.decodes, plan.prefills)
+        sampled = self._forward(plan.decodes, []) if plan.decodes else {}
+        for chunk in plan.prefills:  # the chapter's engine: one pass per chunk
+            sampled.update(self._forward([], [chunk]))
+        return sampled
+
+    def _forward(self, decodes: list[Sequence], chunks: list[ScheduledChunk]) -> dict[int, int]:
+        token_ids: list[int] = [s.token_ids[-1] for s in decodes]
+        starts = [s.num_computed_tokens for s in decodes]
+        for c in chunks:
+            start = c.seq.num_computed_tokens
+            token_ids.extend(c.seq.token_ids[start:start + c.num_tokens])
+        input_ids = torch.tensor(token_ids, device=self.device)
+        meta, positions = self._metadata(decodes, starts, chunks)
+        hidden = self.model(input_ids, positions, meta, self.kv_cache)  # [T, d_model]
+        # Only rows that sample need the LM head: every decode, and last rows of final chunks.
+        rows, owners = list(range(len(decodes))), list(decodes)
+        for c, seg in zip(chunks, meta.prefills):
+            if c.is_last:
+                rows.append(seg.end - 1)
+                owners.append(c.seq)
+        if not rows:
+            return {}
+        logits = self.model.logits(hidden[torch.tensor(rows, device=self.device)])  # [R, vocab]
+        return {s.seq_id: tok for s, tok in zip(owners, self._sample(logits, owners))}
+
+    def _metadata(self, decodes, starts, chunks) -> tuple[AttentionMetadata, torch.Tensor]:
+        slot_parts, pos_parts = [], []
+        decode = None
+        if decodes:
+            decode, dec_slots, dec_pos = self._decode_batch(decodes, starts)
+            slot_parts.append(dec_slots)
+            pos_parts.append(dec_pos)
+        segments, row = [], len(decodes)
+        for c in chunks:
+            start = c.seq.num_computed_tokens
+            context_len = start + c.num_tokens
+            all_slots = self._sequence_slots(c.seq.block_table)
+            positions = torch.arange(start, context_len, device=self.device)
+            slot_parts.append(all_slots[start:context_len])
+            pos_parts.append(positions)
+            context_slots = all_slots[:context_len] if start > 0 else None
+            segments.append(PrefillSegment.build(row, row + c.num_tokens, context_len, context_slots))
+            row += c.num_tokens
+        meta = AttentionMetadata(torch.cat(slot_parts), decode, segments, self.attention_impl)
+        return meta, torch.cat(pos_parts)
+
+    def _sequence_slots(self, block_table: list[int]) -> torch.Tensor:
+        blocks = torch.tensor(block_table, device=self.device)
+        return (blocks[:, None] * self.block_size + self._block_offsets).flatten()  # [num_blocks * bs]
+
+    def _decode_batch(self, decodes, starts) -> tuple[DecodeBatch, torch.Tensor, torch.Tensor]:
+        max_blocks = max(len(s.block_table) for s in decodes)
+        table = torch.tensor([s.block_table + [0] * (max_blocks - len(s.block_table)) for s in decodes],
+                             device=self.device)  # [B, max_blocks]
+        slots = (table[:, :, None] * self.block_size + self._block_offsets).flatten(1)  # [B, max_blocks * bs]
+        positions = torch.tensor(starts, device=self.device)  # [B]: position of the token being decoded
+        max_ctx = max(starts) + 1
+        valid = torch.arange(max_ctx, device=self.device)[None, :] <= positions[:, None]  # [B, max_ctx]
+        new_slots = slots.gather(1, positions[:, None]).squeeze(1)
+        batch = DecodeBatch(len(decodes), slots[:, :max_ctx], valid[:, None, None, :])
+        return batch, new_slots, positions
+
+    def _sample(self, logits: torch.Tensor, owners: list[Sequence]) -> list[int]:
+        if self.temperature == 0:
+            return logits.argmax(dim=-1).tolist()
+        probs = torch.softmax(logits.float() / self.temperature, dim=-1).cpu()
+        tokens = []
+        for p, seq in zip(probs, owners):
+            # Seeded by (seed, request, token index): the same tokens whatever the batching.
+            gen = torch.Generator().manual_seed(hash((self.sampling_seed, seq.seq_id, len(seq.token_ids))) & 0xFFFFFFFF)
+            tokens.append(int(torch.multinomial(p, 1, generator=gen)))
+        return tokens

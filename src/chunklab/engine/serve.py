@@ -1,0 +1,46 @@
+"""Replays timed requests through an engine, on the engine's clock."""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+from chunklab.engine.engine import LLMEngine, StepRecord
+from chunklab.engine.sequence import Request, Sequence
+
+
+@dataclass
+class ServeResult:
+    sequences: list[Sequence]  # one per request, in request order: finished or rejected
+    steps: list[StepRecord] = field(default_factory=list)
+    makespan_s: float = 0.0
+
+
+def serve(engine: LLMEngine, requests: list[Request],
+          on_done: Callable[[int], None] | None = None) -> ServeResult:
+    """Runs until every request has finished or been rejected.
+
+    A request enters the engine at the first step boundary at or after its
+    arrival_s; its timings are still measured from arrival_s.
+    """
+    pending = deque(sorted(requests, key=lambda r: r.arrival_s))
+    sequences: dict[int, Sequence] = {}
+    steps: list[StepRecord] = []
+    clock = engine.clock
+    clock.start()
+    while pending or engine.has_unfinished:
+        now = clock.now()
+        while pending and pending[0].arrival_s <= now:
+            seq = engine.add_request(pending.popleft())
+            sequences[seq.seq_id] = seq
+            if seq.is_done and on_done:
+                on_done(1)
+        if not engine.has_unfinished:
+            if pending:
+                clock.wait_until(pending[0].arrival_s)
+            continue
+        record, finished = engine.step()
+        steps.append(record)
+        if finished and on_done:
+            on_done(len(finished))
+    return ServeResult([sequences[r.request_id] for r in requests], steps, clock.now())

@@ -1,0 +1,67 @@
+"""Per-request records: everything metrics need, computed from sequences once.
+
+Metrics never look at the engine again, so the same code scores a live run,
+a replayed trace, or records loaded back from requests.csv.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from chunklab.engine.sequence import Phase, Sequence
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    request_id: int
+    label: str
+    status: str  # finished | rejected
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    ttft_s: float | None = None  # first token minus arrival
+    tpot_s: float | None = None  # mean gap between output tokens (needs >= 2 tokens)
+    e2e_s: float | None = None  # last token minus arrival
+    queue_s: float | None = None  # first scheduled minus arrival
+    max_gap_s: float | None = None  # this request's worst stall between two tokens
+    itl_p99_s: float | None = None  # p99 of this request's gaps
+    preemptions: int = 0
+    output_digest: str = ""  # hash of the generated ids: equal digests = equal outputs
+    reject_reason: str = ""
+    gaps_s: tuple[float, ...] = field(default=(), repr=False)  # every inter-token gap
+
+
+def output_digest(token_ids: list[int]) -> str:
+    return hashlib.sha1(",".join(map(str, token_ids)).encode()).hexdigest()[:16]
+
+
+def percentile(values, q: float) -> float:
+    """Linear-interpolated percentile (numpy's default) of a non-empty sequence."""
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def record(seq: Sequence) -> RequestRecord:
+    req = seq.request
+    base = dict(request_id=req.request_id, label=req.label, arrival_s=req.arrival_s,
+                prompt_tokens=seq.num_prompt_tokens, output_tokens=seq.num_output_tokens)
+    if seq.phase is Phase.REJECTED:
+        return RequestRecord(status="rejected", reject_reason=seq.reject_reason, **base)
+    assert seq.phase is Phase.FINISHED, f"request {req.request_id} is {seq.phase.name}, not done"
+    times = seq.token_times_s
+    gaps = tuple(b - a for a, b in zip(times, times[1:]))
+    return RequestRecord(
+        status="finished", **base,
+        ttft_s=times[0] - req.arrival_s,
+        tpot_s=(times[-1] - times[0]) / len(gaps) if gaps else None,
+        e2e_s=times[-1] - req.arrival_s,
+        queue_s=seq.first_scheduled_s - req.arrival_s,
+        max_gap_s=max(gaps) if gaps else None,
+        itl_p99_s=percentile(gaps, 99) if gaps else None,
+        preemptions=seq.num_preemptions,
+        output_digest=output_digest(seq.output_token_ids),
+        gaps_s=gaps,
+    )

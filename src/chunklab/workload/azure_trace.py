@@ -1,0 +1,101 @@
+"""Replay of the Azure LLM inference trace format (TIMESTAMP, ContextTokens, GeneratedTokens).
+
+Arrival times keep the trace's gaps (times time_scale); token counts are scaled
+by length_scale and bounded by the model context by the `overlong` rule.
+Prompt ids are synthetic (the trace has no text), seeded per request.
+"""
+from __future__ import annotations
+
+import csv
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+
+from chunklab.config import ChunklabError, WorkloadConfig
+from chunklab.engine.sequence import Request
+from chunklab.workload.synthetic import prompt_ids
+
+COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+LONG_PROMPT_TOKENS = 1024  # the class label of a replayed request: "long" at or above this
+
+
+class TraceError(ChunklabError):
+    pass
+
+
+@dataclass(frozen=True)
+class TraceRow:
+    line: int
+    time_s: float  # seconds since the epoch
+    context_tokens: int
+    generated_tokens: int
+
+
+@dataclass(frozen=True)
+class TraceStats:
+    num_rows: int
+    num_clipped: int  # prompts cut to fit the model context (overlong=clip)
+    num_overlong: int  # prompts that did not fit, clipped or passed on to be rejected
+
+
+def parse_timestamp(text: str, where: str) -> float:
+    # Seven fractional digits are more than datetime takes; keep microseconds.
+    try:
+        base, _, frac = text.strip().partition(".")
+        t = dt.datetime.strptime(base, "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.timezone.utc)
+        return t.timestamp() + (float("0." + frac) if frac else 0.0)
+    except ValueError:
+        raise TraceError(f"{where}: bad TIMESTAMP {text!r} (want YYYY-MM-DD HH:MM:SS.fffffff)") from None
+
+
+def read_rows(path: str | Path, start_offset: int, limit: int) -> list[TraceRow]:
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(f"workload.trace.path={str(path)!r}: no such file")
+    rows = []
+    with path.open(newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None or tuple(h.strip() for h in header[:3]) != COLUMNS:
+            raise TraceError(f"{path}:1: header {header!r} is not {','.join(COLUMNS)}")
+        for index, fields in enumerate(reader):
+            if index < start_offset:
+                continue
+            if len(rows) >= limit:
+                break
+            rows.append(parse_row(fields, f"{path}:{reader.line_num}", reader.line_num))
+    if not rows:
+        raise TraceError(f"{path}: no rows after workload.trace.start_offset={start_offset}")
+    return rows
+
+
+def parse_row(fields: list[str], where: str, line: int) -> TraceRow:
+    if len(fields) != 3:
+        raise TraceError(f"{where}: expected 3 fields, got {len(fields)}: {','.join(fields)!r}")
+    try:
+        context, generated = int(fields[1]), int(fields[2])
+    except ValueError:
+        raise TraceError(f"{where}: token counts must be integers, got {fields[1]!r}, {fields[2]!r}") from None
+    if context < 1 or generated < 1:
+        raise TraceError(f"{where}: token counts must be >= 1, got {context}, {generated}")
+    return TraceRow(line, parse_timestamp(fields[0], where), context, generated)
+
+
+def trace_requests(cfg: WorkloadConfig, max_seq_len: int, vocab_size: int) -> tuple[list[Request], TraceStats]:
+    t = cfg.trace
+    rows = read_rows(t.path, t.start_offset, cfg.num_requests)
+    t0 = rows[0].time_s
+    requests, clipped, overlong = [], 0, 0
+    for i, row in enumerate(rows):
+        num_prompt = max(1, round(row.context_tokens * t.length_scale))
+        num_output = max(1, round(row.generated_tokens * t.length_scale))
+        if num_prompt + num_output - 1 > max_seq_len:
+            overlong += 1
+            if t.overlong == "clip":  # keep the output (up to half the context), cut the prompt
+                num_output = min(num_output, max_seq_len // 2)
+                num_prompt = min(num_prompt, max_seq_len - num_output + 1)
+                clipped += 1
+        arrival_s = (row.time_s - t0) * t.time_scale
+        label = "long" if num_prompt >= LONG_PROMPT_TOKENS else "short"
+        requests.append(Request(i, arrival_s, prompt_ids(cfg.seed, i, num_prompt, vocab_size), num_output, label))
+    return requests, TraceStats(len(rows), clipped, overlong)

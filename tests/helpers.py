@@ -1,0 +1,37 @@
+"""Small builders shared by the tests (configs are the real dataclasses)."""
+from __future__ import annotations
+
+import dataclasses
+
+from chunklab.config import EngineConfig, LengthClass, ModelConfig, SchedulerConfig, WorkloadConfig
+from chunklab.engine.clock import ReplayClock
+from chunklab.engine.engine import LLMEngine
+from chunklab.engine.serve import serve
+from chunklab.workload.synthetic import synthetic_requests
+
+# A two-layer model: same code paths as TinyGPT, a fraction of the time.
+MICRO = ModelConfig(name="micro", num_layers=2, d_model=64, num_heads=4, num_kv_heads=2, head_dim=16,
+                    mlp_hidden=128, max_seq_len=512, dtype="float64")
+
+MIXED = WorkloadConfig(
+    num_requests=12, seed=5, rate_per_s=40.0,
+    classes=(LengthClass("long", 0.35, 150, 300), LengthClass("short", 0.65, 3, 20)),
+    min_output_tokens=4, max_output_tokens=12,
+)
+
+
+def run_engine(requests, model=MICRO, engine=EngineConfig(), **sched):
+    eng = LLMEngine(model, engine, SchedulerConfig(**sched), ReplayClock())
+    return eng, serve(eng, requests)
+
+
+def outputs(result) -> list[tuple[int, ...]]:
+    return [tuple(s.output_token_ids) for s in result.sequences]
+
+
+def workload(**overrides) -> WorkloadConfig:
+    return dataclasses.replace(MIXED, **overrides)
+
+
+def requests(vocab=260, **overrides):
+    return synthetic_requests(workload(**overrides), vocab)

@@ -1,0 +1,125 @@
+"""End to end through run.py: Hydra multirun -> engine -> MLflow, and its errors."""
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["model=micro", "workload.num_requests=10", "workload.rate_per_s=20", "tracking.progress=false",
+         "workload.classes=[{label: long, weight: 0.35, min_tokens: 600, max_tokens: 600},"
+         "{label: short, weight: 0.65, min_tokens: 16, max_tokens: 32}]",
+         "workload.min_output_tokens=8", "workload.max_output_tokens=16"]
+
+
+def run_cli(tmp_path, *overrides, uri=None):
+    env = dict(os.environ, MLFLOW_TRACKING_URI=uri or f"sqlite:///{tmp_path}/mlflow.db")
+    args = [sys.executable, "run.py", *SMALL, f"hydra.run.dir={tmp_path}/run",
+            f"hydra.sweep.dir={tmp_path}/multirun", *overrides]
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def runs(tmp_path, experiment="chunklab"):
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    return mlflow.search_runs(experiment_names=[experiment])
+
+
+def test_design_multirun_logs_three_finished_runs(tmp_path):
+    proc = run_cli(tmp_path, "scheduler.budget=64,512,8192", "-m")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    df = runs(tmp_path)
+    assert sorted(df["params.scheduler.budget"]) == ["512", "64", "8192"]
+    assert set(df["status"]) == {"FINISHED"}
+    for key in ("ttft_p50_s", "ttft_p99_s", "itl_p99_s", "tpot_p50_s", "goodput_req_per_s", "worst_stall_s",
+                "class_long_ttft_p50_s", "step_time_p99_s", "output_tokens_per_s"):
+        assert df[f"metrics.{key}"].notna().all(), key
+    assert df["tags.multirun"].nunique() == 1
+    assert df["tags.conditions.model_params"].nunique() == 1
+    assert df["tags.conditions.torch_version"].str.startswith("2.13").all()
+    import mlflow
+
+    digests = []
+    for run_id in df["run_id"]:
+        names = {a.path for a in mlflow.MlflowClient().list_artifacts(run_id)}
+        assert {"summary.json", "requests.csv", "steps.csv", "latency.png"} <= names
+        path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="requests.csv", dst_path=str(tmp_path / run_id))
+        digests.append(list(pd.read_csv(path)["output_digest"]))
+        steps = mlflow.MlflowClient().get_metric_history(run_id, "step.duration_s")
+        assert len(steps) > 10
+    assert digests[0] == digests[1] == digests[2]  # chunking never changes the output
+
+
+@pytest.mark.parametrize("override, message", [
+    ("scheduler.budget=0", "scheduler.budget=0"),
+    ("workload.rate_per_s=-1", "workload.rate_per_s=-1.0"),
+    ("scheduler.ordering=lifo", "scheduler.ordering='lifo'"),
+    ("workload=azure_conv", None),  # a missing trace file, where shared/ is absent
+])
+def test_bad_input_one_line_no_traceback_no_run(tmp_path, override, message):
+    extra = ["workload.trace.path=/no/such/trace.csv"] if override == "workload=azure_conv" else []
+    proc = run_cli(tmp_path, override, *extra)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("chunklab: error: " + (message or "workload.trace.path='/no/such/trace.csv'"))
+    assert not (tmp_path / "mlflow.db").exists() or runs(tmp_path).empty
+
+
+def test_failure_after_start_marks_the_run_failed(tmp_path):
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA")
+    proc = run_cli(tmp_path, "engine=cuda")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "engine.device='cuda'" in proc.stderr
+    assert list(runs(tmp_path)["status"]) == ["FAILED"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_logs_to_a_real_mlflow_server_over_http(tmp_path):
+    port = free_port()
+    mlflow_bin = Path(sys.executable).parent / "mlflow"
+    server = subprocess.Popen(
+        [str(mlflow_bin), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{tmp_path}/server.db", "--artifacts-destination", str(tmp_path / "art")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                urllib.request.urlopen(base + "/health", timeout=2)
+                break
+            except OSError:
+                assert time.time() < deadline, "mlflow server did not start"
+                time.sleep(0.5)
+        proc = run_cli(tmp_path, "tracking.experiment_name=http_check", uri=base)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        # Read it back through the REST API the UI uses.
+        req = urllib.request.Request(base + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=http_check")
+        exp_id = json.load(urllib.request.urlopen(req, timeout=10))["experiment"]["experiment_id"]
+        body = json.dumps({"experiment_ids": [exp_id]}).encode()
+        req = urllib.request.Request(base + "/api/2.0/mlflow/runs/search", data=body,
+                                     headers={"Content-Type": "application/json"})
+        found = json.load(urllib.request.urlopen(req, timeout=10))["runs"]
+        assert len(found) == 1 and found[0]["info"]["status"] == "FINISHED"
+        metrics = {m["key"]: m["value"] for m in found[0]["data"]["metrics"]}
+        assert metrics["num_finished"] == 10 and metrics["ttft_p50_s"] > 0
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)

@@ -1,0 +1,102 @@
+"""Chunking, batching and preemption must never change what is generated."""
+import dataclasses
+
+import pytest
+import torch
+
+from chunklab.config import EngineConfig, ModelConfig
+from chunklab.engine.sequence import Phase, Request
+from helpers import MICRO, outputs, requests, run_engine
+
+
+@pytest.fixture(scope="module")
+def reqs():
+    return requests()
+
+
+@pytest.fixture(scope="module")
+def baseline(reqs):
+    _, result = run_engine(reqs, budget=8192)
+    return outputs(result)
+
+
+@pytest.mark.parametrize("budget", [8, 13, 64, 512, 8192])
+def test_outputs_identical_across_budgets(reqs, baseline, budget):
+    eng, result = run_engine(reqs, budget=budget)
+    assert outputs(result) == baseline
+    if budget <= 64:
+        assert eng.scheduler.num_chunked_prefills > 0  # the long prompts really were chunked
+
+
+@pytest.mark.parametrize("sched", [
+    dict(ordering="prefill_first"),
+    dict(admission="shortest_prompt_first"),
+    dict(max_partial_prefills=4),
+    dict(max_partial_prefills=4, long_prefill_threshold=32),
+    dict(max_num_seqs=3),
+])
+def test_outputs_identical_across_policies(reqs, baseline, sched):
+    _, result = run_engine(reqs, budget=48, **sched)
+    assert outputs(result) == baseline
+
+
+def test_outputs_identical_without_mixed_batch(reqs, baseline):
+    _, result = run_engine(reqs, engine=EngineConfig(mixed_batch=False), budget=48)
+    assert outputs(result) == baseline
+
+
+def test_outputs_identical_under_preemption():
+    reqs = requests(arrival="all_at_once")  # all in flight at once: memory pressure
+    _, unpressured = run_engine(reqs, budget=8192)
+    # 40 blocks of 8 tokens hold one long request (<= 312 tokens), never two.
+    eng, result = run_engine(reqs, engine=EngineConfig(num_blocks=40, block_size=8), budget=64,
+                             max_partial_prefills=4)
+    assert eng.scheduler.num_preemptions > 0
+    assert outputs(result) == outputs(unpressured)
+    assert sum(s.num_preemptions for s in result.sequences) == eng.scheduler.num_preemptions
+    assert eng.block_manager.num_free_blocks == 40
+
+
+def test_naive_attention_generates_the_same(reqs, baseline):
+    _, result = run_engine(reqs, model=dataclasses.replace(MICRO, attention="naive"), budget=64)
+    assert outputs(result) == baseline
+
+
+def test_every_request_finishes_with_its_output_length(reqs):
+    _, result = run_engine(reqs, budget=16)
+    for seq, req in zip(result.sequences, reqs):
+        assert seq.phase is Phase.FINISHED
+        assert seq.num_output_tokens == req.max_output_tokens == len(seq.token_times_s)
+        assert seq.first_scheduled_s >= req.arrival_s
+        assert seq.token_times_s == sorted(seq.token_times_s)
+
+
+def test_overlong_requests_are_rejected_with_a_reason():
+    reqs = [Request(0, 0.0, (1,) * 500, 20), Request(1, 0.0, (2,) * 10, 5), Request(2, 0.1, (3,) * 100, 5)]
+    eng, result = run_engine(reqs, engine=EngineConfig(num_blocks=4, block_size=16), budget=64)
+    phases = [s.phase for s in result.sequences]
+    assert phases == [Phase.REJECTED, Phase.FINISHED, Phase.REJECTED]
+    assert "model context 512" in result.sequences[0].reject_reason
+    assert "KV blocks" in result.sequences[2].reject_reason
+
+
+def test_temperature_sampling_is_seeded_and_batch_invariant(reqs):
+    hot = EngineConfig(temperature=0.8, sampling_seed=7)
+    _, a = run_engine(reqs, engine=hot, budget=8192)
+    _, b = run_engine(reqs, engine=hot, budget=24)
+    _, c = run_engine(reqs, engine=dataclasses.replace(hot, sampling_seed=8), budget=8192)
+    assert outputs(a) == outputs(b) != outputs(c)
+
+
+def test_greedy_generation_matches_llama_generate():
+    transformers = pytest.importorskip("transformers")
+    from chunklab.model.hf_export import to_llama
+
+    model_cfg = ModelConfig(dtype="float64")
+    reqs = [Request(i, 0.0, tuple(range(i * 7, i * 7 + n)), 6) for i, n in enumerate([40, 75])]
+    eng, result = run_engine(reqs, model=model_cfg, budget=16)
+    llama = to_llama(eng.runner.model)
+    for req, seq in zip(reqs, result.sequences):
+        ids = torch.tensor([req.prompt_token_ids])
+        ref = llama.generate(ids, max_new_tokens=6, do_sample=False, attention_mask=torch.ones_like(ids))
+        assert seq.output_token_ids == ref[0, ids.shape[1]:].tolist()

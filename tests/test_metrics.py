@@ -1,0 +1,66 @@
+"""Metrics from hand-built sequences with known timestamps."""
+import pytest
+
+from chunklab.config import SloConfig
+from chunklab.engine.engine import StepRecord
+from chunklab.engine.sequence import Request, Sequence
+from chunklab.metrics.records import output_digest, percentile, record
+from chunklab.metrics.summary import meets_slo, summarize
+
+
+def finished(rid, arrival, times, label="short", scheduled=None):
+    seq = Sequence(Request(rid, arrival, (1, 2, 3), len(times), label))
+    seq.start_prefill()
+    seq.first_scheduled_s = arrival if scheduled is None else scheduled
+    for i, t in enumerate(times):
+        seq.append_token(10 + i, t)
+    return seq
+
+
+def test_record_timings():
+    r = record(finished(0, 1.0, [1.5, 1.6, 2.6, 2.7], scheduled=1.2))
+    assert r.ttft_s == pytest.approx(0.5)
+    assert r.queue_s == pytest.approx(0.2)
+    assert r.e2e_s == pytest.approx(1.7)
+    assert r.tpot_s == pytest.approx(0.4)  # mean gap hides ...
+    assert r.max_gap_s == pytest.approx(1.0)  # ... the one-second stall
+    assert r.gaps_s == pytest.approx((0.1, 1.0, 0.1))
+    assert r.output_digest == output_digest([10, 11, 12, 13])
+
+
+def test_rejected_request_is_recorded_not_lost():
+    seq = Sequence(Request(7, 0.0, (1,) * 5000, 5))
+    seq.reject("too long")
+    r = record(seq)
+    assert (r.status, r.reject_reason, r.ttft_s) == ("rejected", "too long", None)
+    s = summarize([r], [], 1.0, SloConfig())
+    assert s["num_rejected"] == 1 and s["slo_attainment"] == 0
+
+
+def test_percentile_matches_linear_interpolation():
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([5], 99) == 5
+    assert percentile(range(101), 99) == 99
+
+
+def test_summary_goodput_and_honest_itl():
+    a = finished(0, 0.0, [0.2, 0.22, 0.24, 0.26], "long")  # meets SLO
+    b = finished(1, 0.0, [2.0, 2.01, 2.02], "short")  # TTFT 2.0 s: misses
+    c = finished(2, 1.0, [1.1, 1.2, 3.2])  # TPOT 1.05 s: misses; a 2 s stall
+    steps = [StepRecord(0, 0.01, 8, 56, 1, 8, 0, 100, 0), StepRecord(0.01, 0.03, 8, 0, 0, 8, 0, 100, 0)]
+    s = summarize([record(x) for x in (a, b, c)], steps, 4.0, SloConfig(ttft_s=1.0, tpot_s=0.05))
+    assert s["goodput_req_per_s"] == pytest.approx(1 / 4)
+    assert s["slo_attainment"] == pytest.approx(1 / 3)
+    assert s["output_tokens_per_s"] == pytest.approx(10 / 4)
+    assert s["worst_stall_s"] == pytest.approx(2.0)
+    assert s["itl_max_s"] == pytest.approx(2.0)
+    assert s["tpot_p50_s"] == pytest.approx(0.02)  # median of per-request means: 0.01, 0.02, 1.05
+    assert s["class_long_ttft_p50_s"] == pytest.approx(0.2)
+    assert s["class_short_num_requests"] == 2
+    assert s["steps"] == 2 and s["tokens_per_step_max"] == 64
+
+
+def test_itl_p99_slo():
+    stall = record(finished(0, 0.0, [0.1] + [0.1 + 0.01 * i for i in range(1, 50)] + [1.0]))
+    assert meets_slo(stall, SloConfig(ttft_s=1.0, tpot_s=0.05))  # the mean gap looks fine
+    assert not meets_slo(stall, SloConfig(ttft_s=1.0, tpot_s=None, itl_p99_s=0.1))  # the stall does not
