@@ -1,0 +1,43 @@
+"""Stage prefill_split: one long prompt prefilled in passes of each chunk size, both attentions.
+
+Writes outputs/prefill_split.csv and outputs/prefill_split_conditions.json.
+"""
+from __future__ import annotations
+
+import statistics
+
+import pandas as pd
+
+from chunklab import bench
+from chunklab.config import EngineConfig
+from chunklab.experiments.compose import compose_run_config
+from chunklab.metrics.conditions import conditions, conditions_line
+from common import OUTPUTS, params, write_json
+
+
+def main() -> None:
+    p = params("prefill_split")
+    cfg = compose_run_config(p.get("overrides", []))
+    peak = bench.matmul_gflops()
+    flops = bench.prefill_flops(cfg.model, p["prompt_tokens"])
+    rows = []
+    for impl in p["attention"]:
+        model = bench.with_attention(cfg.model, impl)
+        for chunk in p["chunk_tokens"]:
+            engine = bench.make_engine(model, EngineConfig(), budget=chunk, max_num_seqs=1)
+            times = bench.prefill_split(engine, p["prompt_tokens"], p["repeats"])
+            med = statistics.median(times)
+            rows.append({"attention": impl, "chunk_tokens": chunk, "passes": -(-p["prompt_tokens"] // chunk),
+                         "median_ms": 1e3 * med, "min_ms": 1e3 * min(times), "max_ms": 1e3 * max(times),
+                         "gflops": flops / med / 1e9, "fraction_of_matmul": flops / med / 1e9 / peak})
+            print(f"{impl:>5} chunk {chunk:>5}: {1e3 * med:8.1f} ms", flush=True)
+    OUTPUTS.mkdir(exist_ok=True)
+    pd.DataFrame(rows).to_csv(OUTPUTS / "prefill_split.csv", index=False, float_format="%.4f")
+    cond = conditions(cfg, bench.make_engine(cfg.model, EngineConfig()).runner.model.num_parameters())
+    cond["workload"] = f"one {p['prompt_tokens']}-token prompt, {p['repeats']} timed runs after a warm-up"
+    write_json(OUTPUTS / "prefill_split_conditions.json",
+               cond | {"matmul_gflops": peak, "prefill_gflop": flops / 1e9, "line": conditions_line(cond)})
+
+
+if __name__ == "__main__":
+    main()

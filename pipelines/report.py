@@ -1,0 +1,60 @@
+"""Stages tables, plots and report: outputs/tables/, outputs/plots/, outputs/REPORT.md.
+
+    python pipelines/report.py tables|plots|report
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import pandas as pd
+
+from chunklab.report import chapter, figures, tables
+from common import OUTPUTS
+
+
+def load():
+    split = pd.read_csv(OUTPUTS / "prefill_split.csv")
+    tb = OUTPUTS / "token_budget"
+    runs, requests = pd.read_csv(tb / "runs.csv"), pd.read_csv(tb / "requests.csv")
+    tokens = pd.read_csv(tb / "tokens.csv")
+    split_cond = json.loads((OUTPUTS / "prefill_split_conditions.json").read_text())
+    tb_cond = json.loads((tb / "conditions.json").read_text())
+    return split, runs, requests, tokens, split_cond, tb_cond
+
+
+def make_tables() -> None:
+    split, runs, _, _, split_cond, tb_cond = load()
+    out = OUTPUTS / "tables"
+    tables.write(tables.prefill_split_table(split), out / "prefill_split", "Prefill split: one 1536-token prompt",
+                 [f"Median of timed runs; matmul on this machine: {split_cond['matmul_gflops']:.0f} GFLOP/s.",
+                  f"Conditions: {split_cond['line']}", f"Chapter's conditions: {chapter.CONDITIONS}"])
+    for size in ("small", "large"):
+        n = int(runs[runs["size"] == size]["num_requests"].iloc[0])
+        tables.write(tables.token_budget_table(runs, size), out / f"token_budget_{size}",
+                     f"Token budget, ch10 trace, {n} requests (median [min–max] over seeds)",
+                     [f"Conditions: {tb_cond['line']} (seeds and request count as in the table)."])
+    tables.write(tables.chapter_budget_table(), out / "token_budget_chapter", "Token budget: the chapter's published run",
+                 [f"Chapter's conditions: {chapter.CONDITIONS}"])
+
+
+def make_plots() -> None:
+    split, runs, requests, tokens, _, _ = load()
+    out = OUTPUTS / "plots"
+    large = requests[requests["size"] == "large"]
+    figures.ttft_ecdf(large, out / "ttft_ecdf.png")
+    figures.itl_distribution(large, out / "itl_distribution.png")
+    figures.timeline(tokens, out / "timeline.png")
+    figures.prefill_split(split, out / "prefill_split.png")
+    figures.metrics_vs_budget(runs, out / "metrics_vs_budget.png")
+    figures.ttft_by_class(large, out / "ttft_by_class.png")
+
+
+def make_report() -> None:
+    from chunklab.report.writeup import report
+
+    (OUTPUTS / "REPORT.md").write_text(report(*load(), OUTPUTS))
+
+
+if __name__ == "__main__":
+    {"tables": make_tables, "plots": make_plots, "report": make_report}[sys.argv[1]]()

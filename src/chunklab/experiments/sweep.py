@@ -1,0 +1,52 @@
+"""A grid of runs through the same path as run.py, collected into tables."""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from chunklab.app import run_tracked
+from chunklab.experiments.compose import compose_run_config
+from chunklab.metrics.conditions import conditions_line
+
+
+@dataclass
+class SweepResult:
+    runs: pd.DataFrame  # one row per run: the grid keys, then every summary metric
+    requests: pd.DataFrame  # one row per request per run
+    tokens: pd.DataFrame  # every token's emission time, for runs asked to keep them
+    conditions: list[str] = field(default_factory=list)
+
+
+def grid(axes: dict[str, list]) -> list[dict]:
+    keys = list(axes)
+    return [dict(zip(keys, values)) for values in itertools.product(*(axes[k] for k in keys))]
+
+
+def run_grid(name: str, base: list[str], points: list[dict], run_root: Path,
+             keep_tokens=lambda point: False) -> SweepResult:
+    rows, requests, tokens, conds = [], [], [], []
+    for i, point in enumerate(points):
+        overrides = base + [f"{k}={v}" for k, v in point.items()]
+        cfg = compose_run_config(overrides)
+        out = run_tracked(cfg, run_root / f"{name}-{i}", {"sweep": name, "overrides": " ".join(overrides)})
+        key = {k.split(".")[-1]: v for k, v in point.items()}
+        rows.append(key | out.summary)
+        requests.append(pd.DataFrame([key | _request_row(r) for r in out.records]))
+        if keep_tokens(point):
+            tokens.append(pd.DataFrame([key | {"request_id": s.seq_id, "label": s.request.label,
+                                               "arrival_s": s.request.arrival_s, "token_index": j, "time_s": t}
+                                        for s in out.result.sequences for j, t in enumerate(s.token_times_s)]))
+        conds.append(conditions_line(out.conditions))
+        print(f"[{name}] {i + 1}/{len(points)} {point}: TTFT p50 {out.summary.get('ttft_p50_s', float('nan')):.3f}s, "
+              f"{out.summary['output_tokens_per_s']:.1f} tok/s", flush=True)
+    return SweepResult(pd.DataFrame(rows), pd.concat(requests, ignore_index=True),
+                       pd.concat(tokens, ignore_index=True) if tokens else pd.DataFrame(), conds)
+
+
+def _request_row(r) -> dict:
+    return {"request_id": r.request_id, "label": r.label, "status": r.status, "ttft_s": r.ttft_s,
+            "tpot_s": r.tpot_s, "e2e_s": r.e2e_s, "max_gap_s": r.max_gap_s, "preemptions": r.preemptions,
+            "output_digest": r.output_digest, "gaps_s": " ".join(f"{g:.6f}" for g in r.gaps_s)}

@@ -1,0 +1,81 @@
+"""The pipeline's plots (seaborn, PNG)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+HEADLINE = [("ttft_p50_s", "TTFT p50 (s)"), ("ttft_p95_s", "TTFT p95 (s)"), ("itl_p99_s", "ITL p99, per gap (s)"),
+            ("worst_stall_s", "worst stall (s)"), ("output_tokens_per_s", "output tok/s"),
+            ("goodput_req_per_s", "goodput (req/s)")]
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def ttft_ecdf(requests: pd.DataFrame, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    sns.ecdfplot(requests, x="ttft_s", hue="budget", palette="viridis", ax=ax)
+    ax.set(xlabel="TTFT (s)", title="TTFT by budget (large trace, all seeds)")
+    return _save(fig, path)
+
+
+def itl_distribution(requests: pd.DataFrame, path: Path) -> Path:
+    gaps = [(b, float(g)) for b, s in zip(requests["budget"], requests["gaps_s"].fillna("")) for g in s.split()]
+    df = pd.DataFrame(gaps, columns=["budget", "gap_s"])
+    fig, ax = plt.subplots(figsize=(6, 4))
+    sns.ecdfplot(df, x="gap_s", hue="budget", palette="viridis", log_scale=True, ax=ax)
+    ax.set(xlabel="inter-token gap (s, log)", title="Every inter-token gap, by budget")
+    return _save(fig, path)
+
+
+def timeline(tokens: pd.DataFrame, path: Path) -> Path:
+    budgets = sorted(tokens["budget"].unique())
+    fig, axes = plt.subplots(len(budgets), 1, figsize=(9, 2.6 * len(budgets)), sharex=True)
+    colors = {"long": "tab:red", "short": "tab:blue"}
+    for ax, budget in zip(axes if len(budgets) > 1 else [axes], budgets):
+        run = tokens[tokens["budget"] == budget]
+        for rid, req in run.groupby("request_id"):
+            color = colors.get(req["label"].iloc[0], "gray")
+            ax.hlines(rid, req["arrival_s"].iloc[0], req["time_s"].min(), color=color, alpha=0.3, lw=1)
+            ax.plot(req["time_s"], [rid] * len(req), "|", color=color, ms=4, mew=0.6)
+        ax.set(ylabel="request", title=f"budget {budget}: waiting (faint line) then one tick per token; red = 1536-token prompt")
+    axes[-1].set_xlabel("time since the first arrival (s)")
+    return _save(fig, path)
+
+
+def prefill_split(split: pd.DataFrame, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    sns.lineplot(split, x="chunk_tokens", y="median_ms", hue="attention", marker="o", ax=ax)
+    ax.set(xscale="log", yscale="log", xlabel="tokens per pass (log)", ylabel="total prefill time (ms, log)",
+           title="One 1536-token prefill split into passes")
+    return _save(fig, path)
+
+
+def metrics_vs_budget(runs: pd.DataFrame, path: Path) -> Path:
+    fig, axes = plt.subplots(2, 3, figsize=(12, 6.5))
+    for ax, (key, label) in zip(axes.flat, HEADLINE):
+        sns.pointplot(runs, x="budget", y=key, hue="size", errorbar=("pi", 100), estimator="median",
+                      dodge=0.2, ax=ax, markersize=4)
+        sns.stripplot(runs, x="budget", y=key, hue="size", dodge=True, alpha=0.4, ax=ax, legend=False, size=3)
+        ax.set(ylabel=label, xlabel="budget (tokens/step)")
+    fig.suptitle("Headline metrics by budget: median over seeds, bars span min-max, dots are runs")
+    return _save(fig, path)
+
+
+def ttft_by_class(requests: pd.DataFrame, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    sns.boxplot(requests, x="budget", y="ttft_s", hue="label", ax=ax, fliersize=2)
+    ax.set(yscale="log", ylabel="TTFT (s, log)", xlabel="budget (tokens/step)",
+           title="TTFT by prompt class: chunking taxes the chunked request")
+    return _save(fig, path)

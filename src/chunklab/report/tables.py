@@ -1,0 +1,71 @@
+"""The chapter's two tables, reproduced, with ours beside them. Markdown and CSV."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from chunklab.report import chapter
+
+CHAPTER_COLUMNS = [  # (metric, header, unit scale, format)
+    ("ttft_p50_s", "TTFT p50 (s)", 1, "{:.3f}"),
+    ("ttft_p95_s", "TTFT p95 (s)", 1, "{:.3f}"),
+    ("tpot_p50_s", "ITL p50 as the chapter defined it = TPOT p50 (s)", 1, "{:.4f}"),
+    ("output_tokens_per_s", "Output tok/s", 1, "{:.1f}"),
+    ("goodput_req_per_s", "Goodput req/s", 1, "{:.3f}"),
+]
+OUR_COLUMNS = [
+    ("itl_p50_s", "ITL p50, per gap (ms)", 1e3, "{:.1f}"),
+    ("itl_p99_s", "ITL p99, per gap (ms)", 1e3, "{:.1f}"),
+    ("worst_stall_s", "Worst stall (ms)", 1e3, "{:.0f}"),
+    ("class_long_ttft_p50_s", "Long-prompt TTFT p50 (s)", 1, "{:.3f}"),
+    ("class_short_ttft_p50_s", "Short-prompt TTFT p50 (s)", 1, "{:.3f}"),
+    ("slo_attainment", "In SLO", 100, "{:.0f}%"),
+    ("preemptions", "Preemptions", 1, "{:.0f}"),
+]
+
+
+def spread(values: pd.Series, scale: float, fmt: str) -> str:
+    v = values.dropna() * scale
+    if v.empty:
+        return "n/a"
+    if len(v) == 1:
+        return fmt.format(v.iloc[0])
+    return f"{fmt.format(v.median())} [{fmt.format(v.min())}–{fmt.format(v.max())}]"
+
+
+def token_budget_table(runs: pd.DataFrame, size: str) -> pd.DataFrame:
+    rows = []
+    for budget, group in runs[runs["size"] == size].groupby("budget"):
+        row = {"Configuration": f"Budget {budget} tokens/step" + (" (no chunking)" if budget >= 2048 else ""),
+               "Seeds": len(group)}
+        for key, header, scale, fmt in CHAPTER_COLUMNS + OUR_COLUMNS:
+            row[header] = spread(group[key], scale, fmt) if key in group else "n/a"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def chapter_budget_table() -> pd.DataFrame:
+    return pd.DataFrame([{"Configuration": f"Budget {b} (chapter)"} |
+                         {header: fmt.format(m[key] * scale) for key, header, scale, fmt in CHAPTER_COLUMNS}
+                         for b, m in chapter.TOKEN_BUDGET.items()])
+
+
+def prefill_split_table(split: pd.DataFrame) -> pd.DataFrame:
+    wide = split.pivot(index=["passes", "chunk_tokens"], columns="attention", values="median_ms").reset_index()
+    wide = wide.sort_values("passes")
+    out = pd.DataFrame({"Passes": wide["passes"], "Tokens per pass": wide["chunk_tokens"]})
+    for impl in ("sdpa", "naive"):
+        if impl in wide:
+            out[f"Total time, {impl} (ms)"] = wide[impl].map("{:.1f}".format)
+    out["Chapter (ms)"] = [f"{chapter.PREFILL_SPLIT_MS[p]:.1f}" if p in chapter.PREFILL_SPLIT_MS else ""
+                           for p in out["Passes"]]
+    return out
+
+
+def write(table: pd.DataFrame, path: Path, title: str, notes: list[str]) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(path.with_suffix(".csv"), index=False)
+    md = f"### {title}\n\n{table.to_markdown(index=False)}\n\n" + "\n\n".join(notes) + "\n"
+    path.with_suffix(".md").write_text(md)
+    return md
