@@ -33,7 +33,7 @@ def make_tables() -> None:
         n = int(runs[runs["size"] == size]["num_requests"].iloc[0])
         tables.write(tables.token_budget_table(runs, size), out / f"token_budget_{size}",
                      f"Token budget, ch10 trace, {n} requests (median [min–max] over seeds)",
-                     [f"Conditions: {tb_cond['line']} (seeds and request count as in the table)."])
+                     [f"Conditions (first run; the others differ only in seed and budget): {tb_cond[size]}"])
     tables.write(tables.chapter_budget_table(), out / "token_budget_chapter", "Token budget: the chapter's published run",
                  [f"Chapter's conditions: {chapter.CONDITIONS}"])
 

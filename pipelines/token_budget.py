@@ -28,7 +28,8 @@ def main() -> None:
     pd.concat([r.runs for r in results]).to_csv(out / "runs.csv", index=False, float_format="%.6g")
     pd.concat([r.requests for r in results]).to_csv(out / "requests.csv", index=False, float_format="%.6g")
     results[0].tokens.to_csv(out / "tokens.csv", index=False, float_format="%.6g")
-    write_json(out / "conditions.json", {"line": results[0].conditions[0], "lines": [c for r in results for c in r.conditions]})
+    write_json(out / "conditions.json", {"small": results[0].conditions[0], "large": results[1].conditions[0],
+                                         "lines": [c for r in results for c in r.conditions]})
 
 
 if __name__ == "__main__":

@@ -74,3 +74,55 @@ def median_ms(xs: list[float]) -> float:
 
 def with_attention(model: ModelConfig, impl: str) -> ModelConfig:
     return dataclasses.replace(model, attention=impl)
+
+
+def memory_bandwidth_gbs(num_bytes: int = 512 * 2**20, repeats: int = 10) -> float:
+    """Best-of-N read bandwidth: a sum over a buffer far larger than any cache."""
+    x = torch.ones(num_bytes // 4, dtype=torch.float32)
+    return num_bytes / min(timed(lambda: x.sum(), repeats, warmup=2)) / 1e9
+
+
+def decode_bytes(model: ModelConfig, batch: int, context: int, dtype_bytes: int = 4) -> tuple[int, int]:
+    """(weight bytes, KV bytes) one decode step must read at least once."""
+    weights = make_engine(model, EngineConfig(num_blocks=1), budget=8).runner.model.num_parameters() * dtype_bytes
+    kv = batch * context * model.num_layers * 2 * model.num_kv_heads * model.head_dim * dtype_bytes
+    return weights, kv
+
+
+def overhead_by_finished(model: ModelConfig, engine_cfg: EngineConfig, num_requests: int) -> tuple[float, float]:
+    """Median one-token step time over the first and the last tenth of num_requests
+    tiny requests served one after another: flat if nothing grows with history."""
+    engine = make_engine(model, engine_cfg, budget=8)
+    reqs = [Request(i, float(i), (1, 2), 2) for i in range(num_requests)]
+    steps = serve(engine, reqs).steps
+    tenth = len(steps) // 10
+    return statistics.median(s.duration_s for s in steps[:tenth]), statistics.median(s.duration_s for s in steps[-tenth:])
+
+
+def static_batch_prompts(batch: int, prompt_tokens: int) -> list[tuple[int, ...]]:
+    return [prompt_ids(7, i, prompt_tokens, 256) for i in range(batch)]
+
+
+def engine_batch_tokens_per_s(model: ModelConfig, engine_cfg: EngineConfig, prompts, new_tokens: int) -> float:
+    """Our engine serving the prompts as requests that all arrive at once."""
+    engine = make_engine(model, engine_cfg, budget=8192, max_num_seqs=len(prompts), max_partial_prefills=len(prompts))
+    engine.warmup()
+    reqs = [Request(i, 0.0, p, new_tokens) for i, p in enumerate(prompts)]
+    t0 = time.perf_counter()
+    serve(engine, reqs)
+    return len(prompts) * new_tokens / (time.perf_counter() - t0)
+
+
+def hf_generate_tokens_per_s(model: ModelConfig, prompts, new_tokens: int) -> float:
+    """transformers' LlamaForCausalLM.generate on the same weights, one static batch, greedy."""
+    from chunklab.model.hf_export import to_llama
+
+    llama = to_llama(make_engine(model, EngineConfig(num_blocks=1), budget=8).runner.model)
+    ids = torch.tensor(prompts)
+    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                  attention_mask=torch.ones_like(ids), pad_token_id=0)
+    with torch.inference_mode():
+        llama.generate(ids[:, :16], max_new_tokens=2, do_sample=False, pad_token_id=0)  # warm-up
+        t0 = time.perf_counter()
+        llama.generate(ids, **kwargs)
+        return len(prompts) * new_tokens / (time.perf_counter() - t0)
