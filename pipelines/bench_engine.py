@@ -26,16 +26,14 @@ def main() -> None:
     flops = bench.prefill_flops(model, args.prompt_tokens)
     print(f"\nprefill of {args.prompt_tokens} tokens ({flops / 1e9:.2f} GFLOP), median of {args.repeats}:")
     print(f"{'attention':>9} {'chunk':>6} {'passes':>6} {'ms':>9} {'GFLOP/s':>8} {'of matmul':>9} {'vs 1 pass':>9}")
-    for impl in ("sdpa", "naive"):
-        m = bench.with_attention(model, impl)
-        base = None
-        for chunk in (args.prompt_tokens, 256, 64):
-            engine = bench.make_engine(m, engine_cfg, budget=chunk, max_num_seqs=1)
-            ms = bench.median_ms(bench.prefill_split(engine, args.prompt_tokens, args.repeats))
-            base = base or ms
-            gflops = flops / ms / 1e6
-            passes = -(-args.prompt_tokens // chunk)
-            print(f"{impl:>9} {chunk:>6} {passes:>6} {ms:>9.1f} {gflops:>8.1f} {gflops / peak:>9.2f} {ms / base:>8.2f}x")
+    configs = [(impl, chunk) for impl in ("sdpa", "naive") for chunk in (args.prompt_tokens, 256, 64)]
+    times = bench.prefill_split(model, configs, args.prompt_tokens, args.repeats)
+    for (impl, chunk), samples in times.items():
+        ms = bench.median_ms(samples)
+        base = bench.median_ms(times[(impl, args.prompt_tokens)])
+        gflops = flops / ms / 1e6
+        passes = -(-args.prompt_tokens // chunk)
+        print(f"{impl:>9} {chunk:>6} {passes:>6} {ms:>9.1f} {gflops:>8.1f} {gflops / peak:>9.2f} {ms / base:>8.2f}x")
     dec = bench.median_ms(bench.decode_step_s(model, engine_cfg, batch=8, context=1600, repeats=20))
     print(f"\ndecode step, batch 8, ~1600 tokens of context: {dec:.2f} ms")
     ovh = bench.median_ms(bench.step_overhead_s(model, engine_cfg, repeats=200))

@@ -20,17 +20,14 @@ def main() -> None:
     cfg = compose_run_config(p.get("overrides", []))
     peak = bench.matmul_gflops()
     flops = bench.prefill_flops(cfg.model, p["prompt_tokens"])
+    configs = [(impl, chunk) for impl in p["attention"] for chunk in p["chunk_tokens"]]
     rows = []
-    for impl in p["attention"]:
-        model = bench.with_attention(cfg.model, impl)
-        for chunk in p["chunk_tokens"]:
-            engine = bench.make_engine(model, EngineConfig(), budget=chunk, max_num_seqs=1)
-            times = bench.prefill_split(engine, p["prompt_tokens"], p["repeats"])
-            med = statistics.median(times)
-            rows.append({"attention": impl, "chunk_tokens": chunk, "passes": -(-p["prompt_tokens"] // chunk),
-                         "median_ms": 1e3 * med, "min_ms": 1e3 * min(times), "max_ms": 1e3 * max(times),
-                         "gflops": flops / med / 1e9, "fraction_of_matmul": flops / med / 1e9 / peak})
-            print(f"{impl:>5} chunk {chunk:>5}: {1e3 * med:8.1f} ms", flush=True)
+    for (impl, chunk), times in bench.prefill_split(cfg.model, configs, p["prompt_tokens"], p["repeats"]).items():
+        med = statistics.median(times)
+        rows.append({"attention": impl, "chunk_tokens": chunk, "passes": -(-p["prompt_tokens"] // chunk),
+                     "median_ms": 1e3 * med, "min_ms": 1e3 * min(times), "max_ms": 1e3 * max(times),
+                     "gflops": flops / med / 1e9, "fraction_of_matmul": flops / med / 1e9 / peak})
+        print(f"{impl:>5} chunk {chunk:>5}: {1e3 * med:8.1f} ms", flush=True)
     OUTPUTS.mkdir(exist_ok=True)
     pd.DataFrame(rows).to_csv(OUTPUTS / "prefill_split.csv", index=False, float_format="%.4f")
     cond = conditions(cfg, bench.make_engine(cfg.model, EngineConfig()).runner.model.num_parameters())

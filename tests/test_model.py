@@ -64,8 +64,8 @@ def test_chunked_prefill_then_decode_match_llama(models):
         meta = AttentionMetadata(slots[start:end], None, [PrefillSegment.build(0, end - start, end, ctx)])
         got.append(model.logits(model(ids[start:end], torch.arange(start, end), meta, kv)))
     for pos in range(prompt, prompt + new):  # then decode one token at a time
-        valid = torch.ones(1, 1, 1, pos + 1, dtype=torch.bool)
-        meta = AttentionMetadata(slots[pos:pos + 1], DecodeBatch(1, slots[None, :pos + 1], valid))
+        valid = torch.ones(1, pos + 1, dtype=torch.bool)
+        meta = AttentionMetadata(slots[pos:pos + 1], DecodeBatch.build(slots[None, :pos + 1], valid))
         got.append(model.logits(model(ids[pos:pos + 1], torch.tensor([pos]), meta, kv)))
     torch.testing.assert_close(torch.cat(got), ref, atol=1e-4, rtol=0)
 

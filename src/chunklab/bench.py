@@ -45,10 +45,26 @@ def make_engine(model: ModelConfig, engine: EngineConfig, **sched) -> LLMEngine:
     return LLMEngine(model, engine, SchedulerConfig(**sched), ReplayClock())
 
 
-def prefill_split(engine: LLMEngine, prompt_tokens: int, repeats: int) -> list[float]:
-    """Seconds to prefill one prompt at the engine's budget (chunk size), one sample each."""
+def prefill_split(model: ModelConfig, configs: list[tuple[str, int]], prompt_tokens: int,
+                  repeats: int) -> dict[tuple[str, int], list[float]]:
+    """Seconds to prefill one prompt for each (attention, chunk tokens) configuration.
+
+    One engine (one copy of the weights and of the KV pool) serves every
+    configuration, and configurations are interleaved round by round after a
+    warm-up of each, so caches and slow drift of this shared machine hit all alike.
+    """
+    engine = make_engine(model, EngineConfig(), budget=max(c for _, c in configs), max_num_seqs=1)
     req = Request(0, 0.0, prompt_ids(0, 0, prompt_tokens, 256), 1)
-    return timed(lambda: serve(engine, [req]), repeats)
+    times = {c: [] for c in configs}
+    for round_ in range(repeats + 1):
+        for impl, chunk in configs:
+            engine.runner.attention_impl = impl
+            engine.scheduler.cfg = dataclasses.replace(engine.scheduler.cfg, budget=chunk)
+            t0 = time.perf_counter()
+            serve(engine, [req])
+            if round_ > 0:  # round 0 is the warm-up
+                times[(impl, chunk)].append(time.perf_counter() - t0)
+    return times
 
 
 def decode_step_s(model: ModelConfig, engine_cfg: EngineConfig, batch: int, context: int, repeats: int) -> list[float]:
@@ -72,8 +88,6 @@ def median_ms(xs: list[float]) -> float:
     return 1e3 * statistics.median(xs)
 
 
-def with_attention(model: ModelConfig, impl: str) -> ModelConfig:
-    return dataclasses.replace(model, attention=impl)
 
 
 def memory_bandwidth_gbs(num_bytes: int = 512 * 2**20, repeats: int = 10) -> float:

@@ -97,7 +97,7 @@ class ModelRunner:
             slot_parts.append(all_slots[start:context_len])
             pos_parts.append(positions)
             context_slots = all_slots[:context_len] if start > 0 else None
-            segments.append(PrefillSegment.build(row, row + c.num_tokens, context_len, context_slots))
+            segments.append(PrefillSegment.build(row, row + c.num_tokens, context_len, context_slots, self.dtype))
             row += c.num_tokens
         meta = AttentionMetadata(torch.cat(slot_parts), decode, segments, self.attention_impl)
         return meta, torch.cat(pos_parts)
@@ -113,9 +113,9 @@ class ModelRunner:
         slots = (table[:, :, None] * self.block_size + self._block_offsets).flatten(1)  # [B, max_blocks * bs]
         positions = torch.tensor(starts, device=self.device)  # [B]: position of the token being decoded
         max_ctx = max(starts) + 1
-        valid = torch.arange(max_ctx, device=self.device)[None, :] <= positions[:, None]  # [B, max_ctx]
+        valid = torch.arange(max_ctx, device=self.device)[None, :] <= positions[:, None]  # [B, max_ctx] bool
         new_slots = slots.gather(1, positions[:, None]).squeeze(1)
-        batch = DecodeBatch(len(decodes), slots[:, :max_ctx], valid[:, None, None, :])
+        batch = DecodeBatch.build(slots[:, :max_ctx], valid, self.dtype)
         return batch, new_slots, positions
 
     def _sample(self, logits: torch.Tensor, owners: list[Sequence]) -> list[int]:
