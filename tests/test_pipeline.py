@@ -14,6 +14,11 @@ TINY = {
     "token_budget": {"budgets": [16, 8192], "seeds": [3, 4], "small_requests": 6, "large_requests": 8,
                      "overrides": ["model=micro", "workload.classes.0.min_tokens=200", "workload.classes.0.max_tokens=200",
                                    "workload.min_output_tokens=4", "workload.max_output_tokens=8"]},
+    "perf": {"repeats": 1, "prompt_tokens": 96, "chunk_tokens": 32, "decode_context": 64, "overhead_requests": 20,
+             "hf_prompt_tokens": 16, "hf_new_tokens": 4, "rss_requests": [3, 6], "budgets": [16, 8192],
+             "overrides": ["model=micro", "workload.classes.0.min_tokens=200",
+                           "workload.classes.0.max_tokens=200", "workload.min_output_tokens=4",
+                           "workload.max_output_tokens=8"]},
 }
 EXPECTED = [
     "outputs/prefill_split.csv", "outputs/prefill_split_conditions.json",
@@ -22,7 +27,7 @@ EXPECTED = [
                                             "token_budget_chapter") for ext in ("md", "csv")],
     *[f"outputs/plots/{p}.png" for p in ("ttft_ecdf", "itl_distribution", "timeline", "prefill_split",
                                          "metrics_vs_budget", "ttft_by_class")],
-    "outputs/REPORT.md",
+    "outputs/REPORT.md", "outputs/perf.csv", "outputs/perf_end_to_end.csv", "outputs/tables/perf.md",
 ]
 
 

@@ -96,6 +96,7 @@ def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) ->
         "The chapter's 24-request trace (seed medians) against its published run:",
         comparison(runs),
         *differences(runs),
+        "## Performance", t("perf"),
         "## Plots",
         "![TTFT ECDF](plots/ttft_ecdf.png)", "![ITL distribution](plots/itl_distribution.png)",
         "![timeline](plots/timeline.png)", "![metrics vs budget](plots/metrics_vs_budget.png)",

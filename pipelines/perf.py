@@ -1,0 +1,124 @@
+"""Stage perf: the engine against this machine's limits and against transformers,
+each figure a ratio of two measurements taken in this one process (or its children).
+
+Writes outputs/perf.csv, outputs/perf_end_to_end.csv and outputs/tables/perf.md.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from chunklab import bench
+from chunklab.app import run_experiment
+from chunklab.config import EngineConfig
+from chunklab.experiments.compose import compose_run_config
+from chunklab.metrics.conditions import conditions, conditions_line
+from common import OUTPUTS, ROOT, params, write_json
+
+def peak_rss_mb(overrides: list[str]) -> float:
+    """Peak resident memory of one `run.py` run in a fresh process (MLflow off), from wait4."""
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.Popen([sys.executable, "run.py", *overrides, "tracking=none", "tracking.progress=false",
+                                 f"hydra.run.dir={tmp}"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"run.py {' '.join(overrides)} failed: {proc.stderr.read().decode()[-500:]}")
+    return usage.ru_maxrss / 1024  # KiB on Linux
+
+
+def row(name, value, unit, goal, goal_text, how):
+    met = "" if goal is None else ("yes" if goal(value) else "no")
+    return {"metric": name, "value": round(value, 4), "unit": unit, "goal": goal_text, "met": met, "how": how}
+
+
+def limits(p, cfg) -> list[dict]:
+    m, e = cfg.model, EngineConfig()
+    peak = bench.matmul_gflops()
+    bw = bench.memory_bandwidth_gbs()
+    n, chunk, ctx = p["prompt_tokens"], p["chunk_tokens"], p["decode_context"]
+    split = bench.prefill_split(m, [("sdpa", n), ("sdpa", chunk)], n, p["repeats"])
+    one, chunked = (statistics.median(split[("sdpa", c)]) for c in (n, chunk))
+    prefill_gflops = bench.prefill_flops(m, n) / one / 1e9
+    decode_s = statistics.median(bench.decode_step_s(m, e, 8, ctx, p["repeats"] * 4))
+    weights, kv = bench.decode_bytes(m, 8, ctx)
+    bound_s = (weights + kv) / (bw * 1e9)
+    step_s = statistics.median(bench.step_overhead_s(m, e, 300))
+    early, late = bench.overhead_by_finished(m, e, p["overhead_requests"])
+    prompts = bench.static_batch_prompts(8, p["hf_prompt_tokens"])
+    ours = bench.engine_batch_tokens_per_s(m, e, prompts, p["hf_new_tokens"])
+    hf = bench.hf_generate_tokens_per_s(m, prompts, p["hf_new_tokens"])
+    small, large = p["rss_requests"]
+    base = ["experiment=ch10", *p.get("overrides", [])]
+    rss_small = peak_rss_mb(base + [f"workload.num_requests={small}"])
+    rss_large = peak_rss_mb(base + [f"workload.num_requests={large}"])
+    kv_mb = bench.make_engine(m, e, budget=8).runner.kv_cache_bytes / 2**20
+    return [
+        row("matmul_gflops", peak, "GFLOP/s", None, "", "best of 20, 1024^3 fp32 matmul"),
+        row("memory_read_gbs", bw, "GB/s", None, "", "best of 10, sum over 512 MiB"),
+        row("prefill_fraction_of_matmul", prefill_gflops / peak, "ratio", lambda v: v >= 0.70, ">= 0.70",
+            f"1x{n} prefill {1e3 * one:.1f} ms = {prefill_gflops:.0f} GFLOP/s"),
+        row(f"chunking_cost_{-(-n // chunk)}x{chunk}_vs_1x{n}", chunked / one, "ratio", lambda v: v <= 1.15, "<= 1.15",
+            f"{-(-n // chunk)}x{chunk} {1e3 * chunked:.1f} ms vs 1x{n} {1e3 * one:.1f} ms, interleaved, one engine"),
+        row("decode_vs_memory_bound", decode_s / bound_s, "ratio", lambda v: v <= 2.0, "<= 2.0",
+            f"decode step b8 ctx{ctx} {1e3 * decode_s:.2f} ms; bound {1e3 * bound_s:.2f} ms = "
+            f"({weights / 2**20:.1f} MiB weights + {kv / 2**20:.1f} MiB KV) / {bw:.1f} GB/s"),
+        row("step_overhead_ms", 1e3 * step_s, "ms", lambda v: v <= 1.0, "<= 1.0", "one decode token, tiny context"),
+        row("step_overhead_growth", late / early, "ratio", lambda v: v <= 1.15, "flat (<= 1.15)",
+            f"last vs first tenth of {p['overhead_requests']} requests served one after another"),
+        row("tokens_per_s_vs_hf_generate", ours / hf, "ratio", lambda v: v >= 2.0, ">= 2.0",
+            f"8 x {p['hf_prompt_tokens']}-token prompts, {p['hf_new_tokens']} new tokens greedy: ours {ours:.0f} tok/s, "
+            f"HF generate {hf:.0f} tok/s"),
+        row(f"peak_rss_{small}_requests_mb", rss_small, "MiB", lambda v: v < 1536, "< 1.5 GB",
+            "run.py experiment=ch10, fresh process, MLflow off"),
+        row(f"peak_rss_{large}_requests_mb", rss_large, "MiB", lambda v: v < 1536, "< 1.5 GB", "same"),
+        row("rss_growth_large_vs_small", rss_large / rss_small, "ratio", lambda v: v <= 1.1, "not growing (<= 1.1)", ""),
+        row("kv_pool_share_of_peak", kv_mb / rss_large, "ratio", None, "", f"KV pool {kv_mb:.0f} MiB"),
+    ]
+
+
+def end_to_end(p) -> pd.DataFrame:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for clock in ("replay", "wall"):
+            for budget in p["budgets"]:
+                cfg = compose_run_config(["experiment=ch10", "tracking=none", "tracking.progress=false",
+                                          f"scheduler.budget={budget}", f"engine.clock={clock}", *p.get("overrides", [])])
+                t0 = time.perf_counter()
+                out = run_experiment(cfg, Path(tmp) / f"{clock}-{budget}")
+                wall = time.perf_counter() - t0
+                s = out.summary
+                rows.append({"clock": clock, "budget": budget, "output_tokens_per_s": s["output_tokens_per_s"],
+                             "ttft_p50_s": s["ttft_p50_s"], "itl_p50_ms": 1e3 * s["itl_p50_s"],
+                             "itl_p99_ms": 1e3 * s["itl_p99_s"], "makespan_s": s["makespan_s"],
+                             "experiment_wall_s": wall, "wall_over_makespan": wall / s["makespan_s"]})
+    return pd.DataFrame(rows)
+
+
+def main() -> None:
+    p = params("perf")
+    cfg = compose_run_config(p.get("overrides", []))
+    ratios = pd.DataFrame(limits(p, cfg))
+    e2e = end_to_end(p)
+    ratios.to_csv(OUTPUTS / "perf.csv", index=False)
+    e2e.to_csv(OUTPUTS / "perf_end_to_end.csv", index=False, float_format="%.4f")
+    cond = conditions(cfg, bench.make_engine(cfg.model, EngineConfig(), budget=8).runner.model.num_parameters())
+    cond["workload"] = "micro-benchmarks; end to end: ch10 trace, 24 requests, seed 3"
+    write_json(OUTPUTS / "perf_conditions.json", cond | {"line": conditions_line(cond)})
+    md = ["### Performance: ratios measured side by side in one run", "",
+          ratios.to_markdown(index=False), "", "### End to end: the chapter's trace, replay and wall clocks", "",
+          e2e.to_markdown(index=False, floatfmt=".3f"), "", f"Conditions: {conditions_line(cond)}", ""]
+    (OUTPUTS / "tables").mkdir(exist_ok=True)
+    (OUTPUTS / "tables" / "perf.md").write_text("\n".join(md))
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
