@@ -79,3 +79,13 @@ def ttft_by_class(requests: pd.DataFrame, path: Path) -> Path:
     ax.set(yscale="log", ylabel="TTFT (s, log)", xlabel="budget (tokens/step)",
            title="TTFT by prompt class: chunking taxes the chunked request")
     return _save(fig, path)
+
+
+def versus_rate(runs: pd.DataFrame, path: Path, metrics: list[tuple[str, str]]) -> Path:
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.6))
+    style = "ordering" if runs["ordering"].nunique() > 1 else None
+    for ax, (key, label) in zip(axes, metrics):
+        sns.lineplot(runs, x="rate_per_s", y=key, hue="budget", style=style, marker="o", palette="viridis", ax=ax)
+        ax.set(xscale="log", xlabel="arrival rate (req/s, log)", ylabel=label)
+    fig.suptitle("Against offered load, by budget")
+    return _save(fig, path)

@@ -72,3 +72,9 @@ class Tracker:
             client.log_batch(self.run_id, metrics=series[start:start + MAX_BATCH])
         for path in files:
             mlflow.log_artifact(str(path))
+
+    def log_best(self, goodput: float, path: Path) -> None:
+        import mlflow
+
+        mlflow.log_metric("best_goodput_req_per_s", goodput)
+        mlflow.log_artifact(str(path))
