@@ -38,10 +38,10 @@ def run_tags(hc) -> dict[str, str]:
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float:
     """Returns the run's goodput (req/s), which a Hydra sweeper (Optuna) can maximise."""
-    from chunklab.app import run_tracked
-
     try:
-        run_cfg = typed_config(cfg)
+        run_cfg = typed_config(cfg)  # validated before torch and mlflow are even imported
+        from chunklab.app import run_tracked
+
         hc = HydraConfig.get()
         out = run_tracked(run_cfg, Path(hc.runtime.output_dir), run_tags(hc))
     except ChunklabError as err:

@@ -123,3 +123,26 @@ def test_logs_to_a_real_mlflow_server_over_http(tmp_path):
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
+
+
+def test_submitit_local_launcher_runs_the_sweep(tmp_path):
+    """The cluster path (hydra/launcher=submitit_slurm) differs from this only in where jobs run."""
+    proc = run_cli(tmp_path, "hydra/launcher=submitit_local", "tracking=none", "scheduler.budget=64,8192", "-m")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summaries = sorted((tmp_path / "multirun").glob("*/summary.json"))
+    assert len(summaries) == 2
+    digests = [list(pd.read_csv(s.parent / "requests.csv")["output_digest"]) for s in summaries]
+    assert digests[0] == digests[1]
+
+
+def test_optuna_search_writes_and_logs_the_best_trial(tmp_path):
+    proc = run_cli(tmp_path, "hparams_search=ch10_goodput", "hydra.sweeper.n_trials=2", "-m")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    import yaml
+
+    best = yaml.safe_load((tmp_path / "multirun" / "best_config.yaml").read_text())
+    assert set(best["best_params"]) == {"scheduler.budget", "scheduler.max_partial_prefills",
+                                        "scheduler.long_prefill_threshold", "scheduler.ordering"}
+    df = runs(tmp_path, "tuning")
+    assert len(df) == 3 and set(df["status"]) == {"FINISHED"}
+    assert df["metrics.best_goodput_req_per_s"].dropna().iloc[0] == best["best_goodput_req_per_s"]

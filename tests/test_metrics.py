@@ -64,3 +64,27 @@ def test_itl_p99_slo():
     stall = record(finished(0, 0.0, [0.1] + [0.1 + 0.01 * i for i in range(1, 50)] + [1.0]))
     assert meets_slo(stall, SloConfig(ttft_s=1.0, tpot_s=0.05))  # the mean gap looks fine
     assert not meets_slo(stall, SloConfig(ttft_s=1.0, tpot_s=None, itl_p99_s=0.1))  # the stall does not
+
+
+def test_isolated_latency_interpolates_and_scales_slowdown():
+    from chunklab.metrics.isolation import IsolatedLatency, with_slowdown
+
+    alone = IsolatedLatency(prompt_tokens=(16, 1536), ttft_s=(0.01, 0.16), gap_s=0.005)
+    assert alone.ttft_alone_s(776) == pytest.approx(0.085)
+    assert alone.ttft_alone_s(3072) == pytest.approx(0.32)  # beyond the grid: proportional
+    assert alone.e2e_alone_s(1536, 11) == pytest.approx(0.21)
+    rec = record(finished(0, 0.0, [0.5 + 0.01 * i for i in range(3)]))  # 3-token prompt, e2e 0.52 s
+    [slow] = with_slowdown([rec], alone)
+    assert slow.slowdown == pytest.approx(0.52 / (0.01 + 2 * 0.005))
+
+
+def test_slowdown_of_a_real_run_is_at_least_about_one():
+    from chunklab.metrics.isolation import IsolatedLatency, with_slowdown
+    from helpers import run_engine, requests
+
+    reqs = requests(arrival="all_at_once")
+    eng, result = run_engine(reqs, budget=32)
+    recs = with_slowdown([record(s) for s in result.sequences], IsolatedLatency.measure(eng, reqs))
+    s = summarize(recs, result.steps, result.makespan_s, SloConfig())
+    assert s["slowdown_p50"] > 1.0  # twelve requests at once: each waits for the others
+    assert "class_long_slowdown_p50" in s and "class_short_slowdown_p50" in s

@@ -19,6 +19,10 @@ TINY = {
              "overrides": ["model=micro", "workload.classes.0.min_tokens=200",
                            "workload.classes.0.max_tokens=200", "workload.min_output_tokens=4",
                            "workload.max_output_tokens=8"]},
+    "capacity": {"budgets": [16, 8192], "seeds": [3], "num_requests": 6, "bracket": [4.0, 16.0], "rel_tol": 1.0,
+                 "overrides": ["model=micro", "workload.min_output_tokens=4", "workload.max_output_tokens=8"]},
+    "tuning": {"workloads": ["ch10_mixed"], "n_trials": 2, "num_requests": 6,
+               "overrides": ["model=micro", "workload.min_output_tokens=4", "workload.max_output_tokens=8"]},
 }
 EXPECTED = [
     "outputs/prefill_split.csv", "outputs/prefill_split_conditions.json",
@@ -28,6 +32,9 @@ EXPECTED = [
     *[f"outputs/plots/{p}.png" for p in ("ttft_ecdf", "itl_distribution", "timeline", "prefill_split",
                                          "metrics_vs_budget", "ttft_by_class")],
     "outputs/REPORT.md", "outputs/perf.csv", "outputs/perf_end_to_end.csv", "outputs/tables/perf.md",
+    "outputs/capacity/capacity.csv", "outputs/capacity/rate_sweep.csv", "outputs/capacity/goodput_vs_rate.png",
+    "outputs/capacity/latency_vs_rate.png", "outputs/tables/capacity.md",
+    "outputs/tuning/best_ch10_mixed.yaml", "outputs/tuning/trials.csv", "outputs/tables/tuning.md",
 ]
 
 

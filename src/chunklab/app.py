@@ -19,6 +19,7 @@ from chunklab.engine.engine import LLMEngine
 from chunklab.engine.model_runner import ModelRunner
 from chunklab.engine.serve import ServeResult, serve
 from chunklab.metrics.conditions import conditions, conditions_line
+from chunklab.metrics.isolation import IsolatedLatency, with_slowdown
 from chunklab.metrics.records import RequestRecord, record
 from chunklab.metrics.summary import summarize
 from chunklab.plots import latency_figure
@@ -26,8 +27,8 @@ from chunklab.tracking.mlflow_tracker import Tracker, flatten
 from chunklab.workload import make_requests
 
 REQUEST_COLUMNS = ("request_id", "label", "status", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s",
-                   "tpot_s", "e2e_s", "queue_s", "max_gap_s", "itl_p99_s", "preemptions", "output_digest",
-                   "reject_reason")
+                   "tpot_s", "e2e_s", "queue_s", "max_gap_s", "itl_p99_s", "slowdown", "preemptions",
+                   "output_digest", "reject_reason")
 
 
 @dataclass
@@ -48,6 +49,8 @@ def run_experiment(cfg: RunConfig, run_dir: Path) -> RunOutput:
               leave=False) as bar:
         result = serve(engine, requests, on_done=bar.update)
     records = [record(s) for s in result.sequences]
+    if cfg.slowdown:
+        records = with_slowdown(records, IsolatedLatency.measure(engine, requests))
     summary = summarize(records, result.steps, result.makespan_s, cfg.slo, engine.scheduler.num_chunked_prefills)
     summary["kv_cache_mb"] = runner.kv_cache_bytes / 2**20
     if trace_stats is not None:

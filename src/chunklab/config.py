@@ -115,6 +115,7 @@ class RunConfig:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     slo: SloConfig = field(default_factory=SloConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    slowdown: bool = False  # also measure each request class alone, for slowdown metrics (~2 s)
 
 
 # -- building ------------------------------------------------------------------

@@ -25,6 +25,8 @@ class RequestRecord:
     queue_s: float | None = None  # first scheduled minus arrival
     max_gap_s: float | None = None  # this request's worst stall between two tokens
     itl_p99_s: float | None = None  # p99 of this request's gaps
+    # e2e over the e2e the same request takes alone on the idle engine (when measured)
+    slowdown: float | None = None
     preemptions: int = 0
     output_digest: str = ""  # hash of the generated ids: equal digests = equal outputs
     reject_reason: str = ""

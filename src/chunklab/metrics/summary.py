@@ -17,13 +17,13 @@ def meets_slo(r: RequestRecord, slo: SloConfig) -> bool:
     return all(limit is None or value is None or value <= limit for limit, value in checks)
 
 
-def distribution(name: str, values) -> dict[str, float]:
+def distribution(name: str, values, unit: str = "_s") -> dict[str, float]:
     values = [v for v in values if v is not None]
     if not values:
         return {}
-    out = {f"{name}_p{q}_s": percentile(values, q) for q in PERCENTILES}
-    out[f"{name}_mean_s"] = sum(values) / len(values)
-    out[f"{name}_max_s"] = max(values)
+    out = {f"{name}_p{q}{unit}": percentile(values, q) for q in PERCENTILES}
+    out[f"{name}_mean{unit}"] = sum(values) / len(values)
+    out[f"{name}_max{unit}"] = max(values)
     return out
 
 
@@ -46,6 +46,7 @@ def summarize(records: list[RequestRecord], steps: list[StepRecord], makespan_s:
     out |= distribution("tpot", [r.tpot_s for r in done])  # per-request mean gap: the chapter's "ITL"
     out |= distribution("e2e", [r.e2e_s for r in done])
     out |= distribution("queue", [r.queue_s for r in done])
+    out |= distribution("slowdown", [r.slowdown for r in done], unit="")
     out["worst_stall_s"] = max(gaps) if gaps else 0.0
     for label in sorted({r.label for r in records if r.label}):
         out |= class_summary(label, [r for r in records if r.label == label], slo)
@@ -60,6 +61,8 @@ def class_summary(label: str, records: list[RequestRecord], slo: SloConfig) -> d
     out |= {p + k: v for k, v in distribution("ttft", [r.ttft_s for r in done]).items()}
     out |= {p + k: v for k, v in distribution("tpot", [r.tpot_s for r in done]).items() if "_p50_" in k}
     out |= {p + k: v for k, v in distribution("itl", [g for r in done for g in r.gaps_s]).items() if "_p99_" in k}
+    out |= {p + k: v for k, v in distribution("slowdown", [r.slowdown for r in done], unit="").items()
+            if k.endswith(("_p50", "_p99"))}
     return out
 
 

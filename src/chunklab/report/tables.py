@@ -20,6 +20,8 @@ OUR_COLUMNS = [
     ("worst_stall_s", "Worst stall (ms)", 1e3, "{:.0f}"),
     ("class_long_ttft_p50_s", "Long-prompt TTFT p50 (s)", 1, "{:.3f}"),
     ("class_short_ttft_p50_s", "Short-prompt TTFT p50 (s)", 1, "{:.3f}"),
+    ("class_long_slowdown_p50", "Long-prompt slowdown p50", 1, "{:.2f}"),
+    ("class_short_slowdown_p50", "Short-prompt slowdown p50", 1, "{:.2f}"),
     ("slo_attainment", "In SLO", 100, "{:.0f}%"),
     ("preemptions", "Preemptions", 1, "{:.0f}"),
 ]
