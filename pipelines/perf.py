@@ -5,7 +5,6 @@ Writes outputs/perf.csv, outputs/perf_end_to_end.csv and outputs/tables/perf.md.
 """
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 import sys
@@ -23,15 +22,31 @@ from chunklab.metrics.conditions import conditions, conditions_line
 from common import OUTPUTS, ROOT, params, write_json
 
 def peak_rss_mb(overrides: list[str]) -> float:
-    """Peak resident memory of one `run.py` run in a fresh process (MLflow off), from wait4."""
-    with tempfile.TemporaryDirectory() as tmp:
+    """Peak resident memory (VmHWM) of one `run.py` run in a fresh process, MLflow off.
+
+    Polled from /proc while it runs; ru_maxrss would also count the pages of this
+    large parent that the child inherits between fork and exec."""
+    with tempfile.TemporaryDirectory() as tmp, open(Path(tmp) / "stderr", "w+") as err:
         proc = subprocess.Popen([sys.executable, "run.py", *overrides, "tracking=none", "tracking.progress=false",
-                                 f"hydra.run.dir={tmp}"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise RuntimeError(f"run.py {' '.join(overrides)} failed: {proc.stderr.read().decode()[-500:]}")
-    return usage.ru_maxrss / 1024  # KiB on Linux
+                                 f"hydra.run.dir={tmp}"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+        peak_kb = 0
+        while proc.poll() is None:
+            peak_kb = max(peak_kb, _hwm_kb(proc.pid))
+            time.sleep(0.02)
+        if proc.returncode != 0:
+            err.seek(0)
+            raise RuntimeError(f"run.py {' '.join(overrides)} failed: {err.read()[-500:]}")
+    return peak_kb / 1024
+
+
+def _hwm_kb(pid: int) -> int:
+    try:
+        if b"run.py" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return 0  # not exec'd yet: still a copy of this process
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
 
 
 def row(name, value, unit, goal, goal_text, how):

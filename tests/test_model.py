@@ -3,7 +3,9 @@ import pytest
 import torch
 
 from chunklab.model.attention import AttentionMetadata, DecodeBatch, PrefillSegment
-from chunklab.model.tiny_gpt import TinyGPT, TinyGPTConfig
+from chunklab.config import TinyGPTConfig
+from chunklab.model.tiny_gpt import TinyGPT
+from helpers import MICRO
 
 transformers = pytest.importorskip("transformers")
 from chunklab.model.hf_export import to_llama  # noqa: E402
@@ -20,8 +22,7 @@ def test_reference_parameter_count():
 
 
 def test_seed_fixes_weights():
-    a, b = TinyGPT.from_seed(TinyGPTConfig.preset("micro"), 1), TinyGPT.from_seed(TinyGPTConfig.preset("micro"), 1)
-    c = TinyGPT.from_seed(TinyGPTConfig.preset("micro"), 2)
+    a, b, c = (TinyGPT.from_seed(MICRO, seed) for seed in (1, 1, 2))
     assert torch.equal(a.lm_head, b.lm_head)
     assert not torch.equal(a.lm_head, c.lm_head)
 

@@ -20,8 +20,8 @@ class ConfigError(ChunklabError):
 
 
 @dataclass(frozen=True)
-class ModelConfig:
-    name: str = "tiny_gpt"
+class TinyGPTConfig:
+    """TinyGPT's architecture; the defaults are the chapter's reference model (5,838,080 params)."""
     vocab_size: int = 260
     num_layers: int = 6
     d_model: int = 256
@@ -32,7 +32,14 @@ class ModelConfig:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
     max_seq_len: int = 2048
-    seed: int = 0
+    init_std: float = 0.02
+
+
+@dataclass(frozen=True)
+class ModelConfig(TinyGPTConfig):
+    """The architecture plus how a run instantiates it (conf/model/)."""
+    name: str = "tiny_gpt"
+    seed: int = 0  # weights are random, drawn from this seed
     dtype: str = "float32"  # float32 | float64 | bfloat16
     attention: str = "sdpa"  # sdpa | naive (materialised scores; ablation only)
 
@@ -191,6 +198,7 @@ def validate(cfg: RunConfig) -> None:
         _check(getattr(m, key) >= 1, f"model.{key}", getattr(m, key), "must be >= 1")
     _check(m.num_heads % m.num_kv_heads == 0, "model.num_kv_heads", m.num_kv_heads, "must divide model.num_heads")
     _check(m.head_dim % 2 == 0, "model.head_dim", m.head_dim, "must be even (RoPE)")
+    _check(m.init_std > 0, "model.init_std", m.init_std, "must be > 0")
     _one_of("model.dtype", m.dtype, ("float32", "float64", "bfloat16"))
     _one_of("model.attention", m.attention, ("sdpa", "naive"))
     _one_of("engine.device", e.device, ("cpu", "cuda"))

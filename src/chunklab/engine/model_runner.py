@@ -4,26 +4,17 @@ from __future__ import annotations
 
 import torch
 
-from chunklab.config import EngineConfig, ModelConfig
+from chunklab.config import ConfigError, EngineConfig, ModelConfig
 from chunklab.engine.scheduler import ScheduledChunk, StepPlan
 from chunklab.engine.sequence import Sequence
 from chunklab.model.attention import AttentionMetadata, DecodeBatch, PrefillSegment
-from chunklab.model.tiny_gpt import TinyGPT, TinyGPTConfig
+from chunklab.model.tiny_gpt import TinyGPT
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
 
-def tiny_gpt_config(m: ModelConfig) -> TinyGPTConfig:
-    return TinyGPTConfig(
-        vocab_size=m.vocab_size, num_layers=m.num_layers, d_model=m.d_model, num_heads=m.num_heads,
-        num_kv_heads=m.num_kv_heads, head_dim=m.head_dim, mlp_hidden=m.mlp_hidden,
-        rope_theta=m.rope_theta, norm_eps=m.norm_eps, max_seq_len=m.max_seq_len,
-    )
-
-
 def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
-        from chunklab.config import ConfigError
         raise ConfigError("engine.device='cuda': no CUDA device is available here")
     return torch.device(name)
 
@@ -34,7 +25,7 @@ class ModelRunner:
         self.dtype = DTYPES[model_cfg.dtype]
         if engine_cfg.threads > 0:
             torch.set_num_threads(engine_cfg.threads)
-        self.model = TinyGPT.from_seed(tiny_gpt_config(model_cfg), model_cfg.seed, self.dtype, self.device)
+        self.model = TinyGPT.from_seed(model_cfg, model_cfg.seed, self.dtype, self.device)
         self.attention_impl = model_cfg.attention
         self.mixed_batch = engine_cfg.mixed_batch
         self.temperature = engine_cfg.temperature

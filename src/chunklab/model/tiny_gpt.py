@@ -6,41 +6,12 @@ token's K/V goes in the paged pool and which cached positions it may attend to.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from chunklab.config import TinyGPTConfig
 from chunklab.model.attention import AttentionMetadata, paged_attention
-
-
-@dataclass(frozen=True)
-class TinyGPTConfig:
-    vocab_size: int = 260
-    num_layers: int = 6
-    d_model: int = 256
-    num_heads: int = 8
-    num_kv_heads: int = 2
-    head_dim: int = 32
-    mlp_hidden: int = 1024
-    rope_theta: float = 10000.0
-    norm_eps: float = 1e-5
-    max_seq_len: int = 2048
-    init_std: float = 0.02
-
-    @classmethod
-    def preset(cls, name: str) -> "TinyGPTConfig":
-        return PRESETS[name]
-
-
-PRESETS = {
-    # The chapter's reference model: 5,838,080 parameters.
-    "tiny_gpt": TinyGPTConfig(),
-    # A two-layer toy for fast tests.
-    "micro": TinyGPTConfig(num_layers=2, d_model=64, num_heads=4, num_kv_heads=2,
-                           head_dim=16, mlp_hidden=128, max_seq_len=512),
-}
 
 
 def rope_tables(cfg: TinyGPTConfig) -> tuple[torch.Tensor, torch.Tensor]:

@@ -83,6 +83,24 @@ def differences(runs: pd.DataFrame) -> list[str]:
     return out
 
 
+def tuning_findings(outputs: Path) -> list[str]:
+    path = outputs / "tuning" / "trials.csv"
+    if not path.is_file():
+        return []
+    trials = pd.read_csv(path)
+    out = []
+    for workload, t in trials.groupby("workload"):
+        best = t.loc[t["goodput_req_per_s"].idxmax()]
+        out.append(f"- `{workload}`: goodput over {len(t)} trials spans {t['goodput_req_per_s'].min():.2f}-"
+                   f"{t['goodput_req_per_s'].max():.2f} req/s (max/min {t['goodput_req_per_s'].max() / t['goodput_req_per_s'].min():.2f}x); "
+                   f"best: budget {best['budget']}, max_partial_prefills {best['max_partial_prefills']}, "
+                   f"long_prefill_threshold {best['long_prefill_threshold']}, {best['ordering']}.")
+    out.append("- Whether the scheduler matters depends on the workload: the spread above is the measured size of "
+               "that dependence. Trials are single runs of one seed: a difference smaller than the seed spread of "
+               "the token-budget table is not a finding.")
+    return out
+
+
 def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) -> str:
     t = lambda name: (outputs / "tables" / f"{name}.md").read_text()  # noqa: E731
     parts = [
@@ -98,7 +116,7 @@ def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) ->
         *differences(runs),
         "## Capacity", t("capacity"),
         "![goodput vs rate](capacity/goodput_vs_rate.png)", "![latency vs rate](capacity/latency_vs_rate.png)",
-        "## Tuning", t("tuning"),
+        "## Tuning", t("tuning"), *tuning_findings(outputs),
         "## Performance", t("perf"),
         "## Plots",
         "![TTFT ECDF](plots/ttft_ecdf.png)", "![ITL distribution](plots/itl_distribution.png)",
