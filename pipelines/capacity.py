@@ -9,6 +9,9 @@ from __future__ import annotations
 import pandas as pd
 
 from chunklab.experiments.capacity import search_capacity
+from chunklab.experiments.compose import compose_run_config
+from chunklab.metrics.conditions import conditions, conditions_line
+from chunklab.model.tiny_gpt import TinyGPT
 from chunklab.experiments.sweep import grid
 from chunklab.report import figures
 from common import OUTPUTS, RUNS, params
@@ -39,6 +42,10 @@ def main() -> None:
             f"{p['seeds']}; a bound of 'above_bracket' means even the top rate passed. Every probe is in "
             f"outputs/capacity/capacity.csv. Short runs reach less queueing than long ones, so these capacities "
             f"are upper estimates for {p['num_requests']}-request bursts.")
+    cfg = compose_run_config(base)
+    cond = conditions(cfg, TinyGPT(cfg.model).num_parameters())
+    cond["workload"] += "; the arrival rate is what the search varies"
+    note += f"\n\nConditions: {conditions_line(cond)}"
     (OUTPUTS / "tables").mkdir(exist_ok=True)
     (OUTPUTS / "tables" / "capacity.md").write_text(
         "### Capacity by configuration\n\n" + table.to_markdown(index=False, floatfmt=".2f") + "\n\n" + note + "\n")

@@ -40,9 +40,10 @@ def main() -> None:
     p = params("tuning")
     out = OUTPUTS / "tuning"
     out.mkdir(parents=True, exist_ok=True)
-    rows, trials = [], []
+    rows, trials, lines = [], [], []
     for workload in p["workloads"]:
         best, tr = sweep(workload, p)
+        lines.append(json.loads((RUNS / "tuning" / workload / "0" / "summary.json").read_text())["conditions_line"])
         (out / f"best_{workload}.yaml").write_text(yaml.safe_dump(best, sort_keys=False))
         trials.append(tr)
         rows.append({"workload": workload} | {k.split(".")[-1]: best["best_params"][k] for k in KNOBS}
@@ -52,7 +53,8 @@ def main() -> None:
     pd.concat(trials).to_csv(out / "trials.csv", index=False, float_format="%.6g")
     note = (f"Optuna TPE (seed {p['seed']}), {p['n_trials']} trials per workload, each {p['num_requests']} requests "
             f"at {p['rate_per_s']} req/s (seed {p['seed']}), objective: goodput under the chapter's SLO. "
-            "Every trial is in outputs/tuning/trials.csv and in MLflow (experiment `tuning`).")
+            "Every trial is in outputs/tuning/trials.csv and in MLflow (experiment `tuning`).\n\n"
+            + "\n\n".join(f"Conditions (first trial): {line}" for line in lines))
     (OUTPUTS / "tables").mkdir(exist_ok=True)
     (OUTPUTS / "tables" / "tuning.md").write_text("### Tuned scheduler per workload\n\n"
                                                    + pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3f")
