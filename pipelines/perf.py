@@ -56,25 +56,28 @@ def row(name, value, unit, goal, goal_text, how):
 
 def limits(p, cfg) -> list[dict]:
     m, e = cfg.model, EngineConfig()
-    peak = bench.matmul_gflops()
-    bw = bench.memory_bandwidth_gbs()
+    peak_before, bw_before = bench.matmul_gflops(), bench.memory_bandwidth_gbs()
     n, chunk, ctx = p["prompt_tokens"], p["chunk_tokens"], p["decode_context"]
     split = bench.prefill_split(m, [("sdpa", n), ("sdpa", chunk)], n, p["repeats"])
     one, chunked = (statistics.median(split[("sdpa", c)]) for c in (n, chunk))
     prefill_gflops = bench.prefill_flops(m, n) / one / 1e9
     decode_s = statistics.median(bench.decode_step_s(m, e, 8, ctx, p["repeats"] * 4))
     weights, kv = bench.decode_bytes(m, 8, ctx)
-    bound_s = (weights + kv) / (bw * 1e9)
     step_s = statistics.median(bench.step_overhead_s(m, e, 300))
     early, late = bench.overhead_by_finished(m, e, p["overhead_requests"])
     prompts = bench.static_batch_prompts(8, p["hf_prompt_tokens"])
-    ours = bench.engine_batch_tokens_per_s(m, e, prompts, p["hf_new_tokens"])
-    hf = bench.hf_generate_tokens_per_s(m, prompts, p["hf_new_tokens"])
+    # alternated, median of three each: one run of either swung by 2x on this shared VM
+    pairs = [(bench.engine_batch_tokens_per_s(m, e, prompts, p["hf_new_tokens"]),
+              bench.hf_generate_tokens_per_s(m, prompts, p["hf_new_tokens"])) for _ in range(3)]
+    ours, hf = (statistics.median(x) for x in zip(*pairs))
     small, large = p["rss_requests"]
     base = ["experiment=ch10", *p.get("overrides", [])]
     rss_small = peak_rss_mb(base + [f"workload.num_requests={small}"])
     rss_large = peak_rss_mb(base + [f"workload.num_requests={large}"])
     kv_mb = bench.make_engine(m, e, budget=8).runner.kv_cache_bytes / 2**20
+    # peaks: the better of before and after, so one noisy moment cannot flatter the ratios
+    peak, bw = max(peak_before, bench.matmul_gflops()), max(bw_before, bench.memory_bandwidth_gbs())
+    bound_s = (weights + kv) / (bw * 1e9)
     return [
         row("matmul_gflops", peak, "GFLOP/s", None, "", "best of 20, 1024^3 fp32 matmul"),
         row("memory_read_gbs", bw, "GB/s", None, "", "best of 10, sum over 512 MiB"),
@@ -90,7 +93,7 @@ def limits(p, cfg) -> list[dict]:
             f"last vs first tenth of {p['overhead_requests']} requests served one after another"),
         row("tokens_per_s_vs_hf_generate", ours / hf, "ratio", lambda v: v >= 2.0, ">= 2.0",
             f"8 x {p['hf_prompt_tokens']}-token prompts, {p['hf_new_tokens']} new tokens greedy: ours {ours:.0f} tok/s, "
-            f"HF generate {hf:.0f} tok/s"),
+            f"HF generate {hf:.0f} tok/s (medians of 3, alternated)"),
         row(f"peak_rss_{small}_requests_mb", rss_small, "MiB", lambda v: v < 1536, "< 1.5 GB",
             "run.py experiment=ch10, fresh process, MLflow off"),
         row(f"peak_rss_{large}_requests_mb", rss_large, "MiB", lambda v: v < 1536, "< 1.5 GB", "same"),

@@ -89,7 +89,7 @@ def test_temperature_sampling_is_seeded_and_batch_invariant(reqs):
 
 
 def test_greedy_generation_matches_llama_generate():
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     from chunklab.model.hf_export import to_llama
 
     model_cfg = ModelConfig(dtype="float64")
