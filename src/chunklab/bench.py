@@ -13,6 +13,7 @@ from chunklab.engine.clock import ReplayClock
 from chunklab.engine.engine import LLMEngine
 from chunklab.engine.sequence import Request
 from chunklab.engine.serve import serve
+from chunklab.model.tiny_gpt import TinyGPT
 from chunklab.workload.synthetic import prompt_ids
 
 
@@ -98,7 +99,7 @@ def memory_bandwidth_gbs(num_bytes: int = 512 * 2**20, repeats: int = 10) -> flo
 
 def decode_bytes(model: ModelConfig, batch: int, context: int, dtype_bytes: int = 4) -> tuple[int, int]:
     """(weight bytes, KV bytes) one decode step must read at least once."""
-    weights = make_engine(model, EngineConfig(num_blocks=1), budget=8).runner.model.num_parameters() * dtype_bytes
+    weights = TinyGPT(model).num_parameters() * dtype_bytes
     kv = batch * context * model.num_layers * 2 * model.num_kv_heads * model.head_dim * dtype_bytes
     return weights, kv
 
@@ -131,7 +132,7 @@ def hf_generate_tokens_per_s(model: ModelConfig, prompts, new_tokens: int) -> fl
     """transformers' LlamaForCausalLM.generate on the same weights, one static batch, greedy."""
     from chunklab.model.hf_export import to_llama
 
-    llama = to_llama(make_engine(model, EngineConfig(num_blocks=1), budget=8).runner.model)
+    llama = to_llama(TinyGPT.from_seed(model, model.seed))
     ids = torch.tensor(prompts)
     kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
                   attention_mask=torch.ones_like(ids), pad_token_id=0)

@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-ATTENTION_IMPLS = ("sdpa", "naive")
-
 
 def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
