@@ -74,7 +74,7 @@ def limits(p, cfg) -> list[dict]:
     base = ["experiment=ch10", *p.get("overrides", [])]
     rss_small = peak_rss_mb(base + [f"workload.num_requests={small}"])
     rss_large = peak_rss_mb(base + [f"workload.num_requests={large}"])
-    kv_mb = bench.make_engine(m, e, budget=8).runner.kv_cache_bytes / 2**20
+    kv_mb = bench.make_engine(m, e, budget=8).executor.kv_cache_bytes / 2**20
     # peaks: the better of before and after, so one noisy moment cannot flatter the ratios
     peak, bw = max(peak_before, bench.matmul_gflops()), max(bw_before, bench.memory_bandwidth_gbs())
     bound_s = (weights + kv) / (bw * 1e9)
@@ -127,7 +127,7 @@ def main() -> None:
     e2e = end_to_end(p)
     ratios.to_csv(OUTPUTS / "perf.csv", index=False)
     e2e.to_csv(OUTPUTS / "perf_end_to_end.csv", index=False, float_format="%.4f")
-    cond = conditions(cfg, bench.make_engine(cfg.model, EngineConfig(), budget=8).runner.model.num_parameters())
+    cond = conditions(cfg, bench.make_engine(cfg.model, EngineConfig(), budget=8).executor.model.num_parameters())
     cond["workload"] = "micro-benchmarks; end to end: ch10 trace, 24 requests, seed 3"
     write_json(OUTPUTS / "perf_conditions.json", cond | {"line": conditions_line(cond)})
     md = ["### Performance: ratios measured side by side in one run", "",

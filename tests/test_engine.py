@@ -95,7 +95,7 @@ def test_greedy_generation_matches_llama_generate():
     model_cfg = ModelConfig(dtype="float64")
     reqs = [Request(i, 0.0, tuple(range(i * 7, i * 7 + n)), 6) for i, n in enumerate([40, 75])]
     eng, result = run_engine(reqs, model=model_cfg, budget=16)
-    llama = to_llama(eng.runner.model)
+    llama = to_llama(eng.executor.model)
     for req, seq in zip(reqs, result.sequences):
         ids = torch.tensor([req.prompt_token_ids])
         ref = llama.generate(ids, max_new_tokens=6, do_sample=False, attention_mask=torch.ones_like(ids))

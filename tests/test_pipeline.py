@@ -8,7 +8,11 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+MICRO_MIX = ["model=micro", "workload.classes.0.min_tokens=200", "workload.classes.0.max_tokens=200",
+             "workload.min_output_tokens=4", "workload.max_output_tokens=8"]
 TINY = {
+    "calibrate": {"num_random_shapes": 12, "rounds": 1, "burst": 2, "overrides": ["model=micro"]},
+    "fidelity": {"budgets": [16, 8192], "rates": [20.0], "repeats": 2, "num_requests": 6, "overrides": MICRO_MIX},
     "prefill_split": {"prompt_tokens": 96, "chunk_tokens": [96, 32], "attention": ["sdpa", "naive"], "repeats": 1,
                       "overrides": ["model=micro"]},
     "token_budget": {"budgets": [16, 8192], "seeds": [3, 4], "small_requests": 6, "large_requests": 8,
@@ -25,6 +29,8 @@ TINY = {
                "overrides": ["model=micro", "workload.min_output_tokens=4", "workload.max_output_tokens=8"]},
 }
 EXPECTED = [
+    "outputs/profiles/cpu.json", "outputs/profiles/cpu_shapes.csv",
+    "outputs/fidelity/fidelity.csv", "outputs/fidelity/fidelity.png", "outputs/tables/fidelity.md",
     "outputs/prefill_split.csv", "outputs/prefill_split_conditions.json",
     "outputs/token_budget/runs.csv", "outputs/token_budget/requests.csv", "outputs/token_budget/tokens.csv",
     *[f"outputs/tables/{t}.{ext}" for t in ("prefill_split", "token_budget_small", "token_budget_large",

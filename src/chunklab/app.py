@@ -14,14 +14,14 @@ import pandas as pd
 from tqdm import tqdm
 
 from chunklab.config import RunConfig
-from chunklab.engine.clock import make_clock
-from chunklab.engine.engine import LLMEngine
-from chunklab.engine.model_runner import ModelRunner
+from chunklab.engine.build import build_engine, profile_tags
 from chunklab.engine.serve import ServeResult, serve
+from chunklab.engine.sim_executor import NOTE as SIMULATED_NOTE
 from chunklab.metrics.conditions import conditions, conditions_line
 from chunklab.metrics.isolation import IsolatedLatency, with_slowdown
 from chunklab.metrics.records import RequestRecord, record
-from chunklab.metrics.summary import summarize
+from chunklab.metrics.summary import noise_guard, summarize
+from chunklab.model.sizes import kv_cache_bytes, num_parameters
 from chunklab.plots import latency_figure
 from chunklab.tracking.mlflow_tracker import Tracker, flatten
 from chunklab.workload import make_requests
@@ -38,12 +38,13 @@ class RunOutput:
     records: list[RequestRecord]
     result: ServeResult
     files: list[Path]
+    tags: dict[str, str]  # executor and profile: which kind of numbers these are
 
 
 def run_experiment(cfg: RunConfig, run_dir: Path) -> RunOutput:
     requests, trace_stats = make_requests(cfg)
-    runner = ModelRunner(cfg.model, cfg.engine)
-    engine = LLMEngine(cfg.model, cfg.engine, cfg.scheduler, make_clock(cfg.engine.clock), runner)
+    engine, why_unguarded = build_engine(cfg)
+    simulated = cfg.engine.executor == "simulated"
     engine.warmup()
     with tqdm(total=len(requests), desc="requests", unit="req", disable=not cfg.tracking.progress or None,
               leave=False) as bar:
@@ -52,26 +53,34 @@ def run_experiment(cfg: RunConfig, run_dir: Path) -> RunOutput:
     if cfg.slowdown:
         records = with_slowdown(records, IsolatedLatency.measure(engine, requests))
     summary = summarize(records, result.steps, result.makespan_s, cfg.slo, engine.scheduler.num_chunked_prefills)
-    summary["kv_cache_mb"] = runner.kv_cache_bytes / 2**20
+    summary["kv_cache_mb"] = kv_cache_bytes(cfg.model, cfg.engine) / 2**20
+    if not simulated:
+        summary |= noise_guard(result.steps)  # measured against predicted: the machine's stalls
     if trace_stats is not None:
         summary |= {"trace_rows": trace_stats.num_rows, "trace_clipped": trace_stats.num_clipped,
                     "trace_overlong": trace_stats.num_overlong}
-    cond = conditions(cfg, runner.model.num_parameters())
-    files = write_files(run_dir, cfg, summary, cond, records, result)
-    return RunOutput(summary, cond, records, result, files)
+    cond = conditions(cfg, num_parameters(cfg.model), engine.cost_model)
+    tags = {"executor": cfg.engine.executor} | profile_tags(engine.cost_model)
+    notes = {"executor": cfg.engine.executor,
+             "note": SIMULATED_NOTE if simulated else "measured run: real forward passes, real time",
+             "noise_guard": "" if simulated else (why_unguarded and f"off: {why_unguarded}") or "on"}
+    files = write_files(run_dir, cfg, summary, cond, records, result, notes)
+    return RunOutput(summary, cond, records, result, files, tags)
 
 
-def write_files(run_dir: Path, cfg: RunConfig, summary, cond, records, result: ServeResult) -> list[Path]:
+def write_files(run_dir: Path, cfg: RunConfig, summary, cond, records, result: ServeResult,
+                notes: dict[str, str]) -> list[Path]:
     run_dir.mkdir(parents=True, exist_ok=True)
     paths = [run_dir / "summary.json", run_dir / "requests.csv", run_dir / "steps.csv", run_dir / "latency.png"]
-    doc = {"summary": summary, "conditions": cond, "conditions_line": conditions_line(cond),
-           "config": dataclasses.asdict(cfg)}
+    doc = notes | {"summary": summary, "conditions": cond, "conditions_line": conditions_line(cond),
+                   "config": dataclasses.asdict(cfg)}
     paths[0].write_text(json.dumps(doc, indent=2, default=str))
     rows = [{k: getattr(r, k) for k in REQUEST_COLUMNS} for r in records]
     pd.DataFrame(rows, columns=REQUEST_COLUMNS).to_csv(paths[1], index=False)
     steps = pd.DataFrame([dataclasses.asdict(s) for s in result.steps])
     steps.to_csv(paths[2], index_label="step")
-    latency_figure(records, f"{cfg.workload.name}, budget {cfg.scheduler.budget}", paths[3])
+    kind = "simulated" if cfg.engine.executor == "simulated" else "measured"
+    latency_figure(records, f"{cfg.workload.name}, budget {cfg.scheduler.budget} ({kind})", paths[3])
     return paths
 
 
@@ -79,5 +88,5 @@ def run_tracked(cfg: RunConfig, run_dir: Path, tags: dict[str, str]) -> RunOutpu
     tracker = Tracker(cfg.tracking)
     with tracker.run(flatten(dataclasses.asdict(cfg)), tags):
         out = run_experiment(cfg, run_dir)
-        tracker.log_result(out.summary, out.conditions, out.result.steps, out.files)
+        tracker.log_result(out.summary, out.conditions, out.tags, out.result.steps, out.files)
     return out

@@ -59,7 +59,7 @@ def prefill_split(model: ModelConfig, configs: list[tuple[str, int]], prompt_tok
     times = {c: [] for c in configs}
     for round_ in range(repeats + 1):
         for impl, chunk in configs:
-            engine.runner.attention_impl = impl
+            engine.executor.attention_impl = impl
             engine.scheduler.cfg = dataclasses.replace(engine.scheduler.cfg, budget=chunk)
             t0 = time.perf_counter()
             serve(engine, [req])

@@ -10,6 +10,8 @@ import typing
 from pathlib import Path
 from dataclasses import dataclass, field
 
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # where conf/, outputs/ and run.py live
+
 
 class ChunklabError(Exception):
     """A user-facing error: printed as one line, no traceback."""
@@ -46,6 +48,10 @@ class ModelConfig(TinyGPTConfig):
 
 @dataclass(frozen=True)
 class EngineConfig:
+    executor: str = "torch"  # torch: real forward passes | simulated: the cost model predicts each step
+    # Calibrated step-cost profile: simulates a run, and guards a real one against machine noise.
+    # A relative path is taken from the project root.
+    profile: str = "outputs/profiles/cpu.json"
     device: str = "cpu"  # cpu | cuda
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
     clock: str = "replay"  # replay | wall
@@ -201,6 +207,7 @@ def validate(cfg: RunConfig) -> None:
     _check(m.init_std > 0, "model.init_std", m.init_std, "must be > 0")
     _one_of("model.dtype", m.dtype, ("float32", "float64", "bfloat16"))
     _one_of("model.attention", m.attention, ("sdpa", "naive"))
+    _one_of("engine.executor", e.executor, ("torch", "simulated"))
     _one_of("engine.device", e.device, ("cpu", "cuda"))
     _one_of("engine.clock", e.clock, ("replay", "wall"))
     _check(e.threads >= 0, "engine.threads", e.threads, "must be >= 0")

@@ -1,9 +1,15 @@
-"""Run clocks. Both measure real compute; they differ only in idle time.
+"""Run clocks. Wall and replay measure real compute and differ only in idle time;
+the simulated clock measures nothing and moves only when told.
 
 - WallClock: real elapsed time since start(); waiting for the next arrival sleeps.
 - ReplayClock: real elapsed time since start() minus idle gaps, which it jumps
   over instead of sleeping. Every step still costs its measured duration, so
   latencies are what a wall run would see, without waiting for nothing.
+- SimClock: virtual time. A step advances it by the cost model's prediction;
+  idle gaps jump. Exact and deterministic: no perf_counter, no sleeping.
+
+After a step's work the engine calls advance(predicted_s): real clocks ignore it
+(they measured the work), the simulated clock moves by it.
 """
 from __future__ import annotations
 
@@ -25,6 +31,9 @@ class WallClock:
         if delay > 0:
             time.sleep(delay)
 
+    def advance(self, predicted_s: float | None) -> None:
+        pass  # real time already passed
+
 
 class ReplayClock(WallClock):
     def __init__(self):
@@ -40,6 +49,23 @@ class ReplayClock(WallClock):
 
     def wait_until(self, t_s: float) -> None:
         self._skipped_s += max(0.0, t_s - self.now())
+
+
+class SimClock:
+    def __init__(self):
+        self._now_s = 0.0
+
+    def start(self) -> None:
+        self._now_s = 0.0
+
+    def now(self) -> float:
+        return self._now_s
+
+    def wait_until(self, t_s: float) -> None:
+        self._now_s = max(self._now_s, t_s)
+
+    def advance(self, predicted_s: float | None) -> None:
+        self._now_s += predicted_s
 
 
 def make_clock(kind: str) -> WallClock:

@@ -1,17 +1,35 @@
-"""The engine: admission checks and the step (schedule, run, postprocess)."""
+"""The engine: admission checks and the step (schedule, execute, postprocess).
+
+One engine, two executors: the real ModelRunner (torch forward passes, timed by
+a wall or replay clock) or the simulated one (no forward pass; a SimClock moved
+by the cost model's prediction). The scheduler, block manager and everything
+after the engine do not know which ran.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from chunklab.config import EngineConfig, ModelConfig, SchedulerConfig
 from chunklab.engine.block_manager import BlockManager
-from chunklab.engine.clock import WallClock
-from chunklab.engine.model_runner import ModelRunner
-from chunklab.engine.scheduler import Scheduler
+from chunklab.engine.cost_model import CostModel
+from chunklab.engine.scheduler import Scheduler, StepPlan
 from chunklab.engine.sequence import Request, Sequence
 
 
-@dataclass(frozen=True)
+class Executor(Protocol):
+    def run(self, plan: StepPlan) -> dict[int, int]:
+        """Executes the plan; returns seq_id -> sampled token for each sequence that samples."""
+
+
+class Clock(Protocol):
+    def start(self) -> None: ...
+    def now(self) -> float: ...
+    def wait_until(self, t_s: float) -> None: ...
+    def advance(self, predicted_s: float | None) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
 class StepRecord:
     start_s: float
     duration_s: float
@@ -22,16 +40,22 @@ class StepRecord:
     num_waiting: int
     num_free_blocks: int
     num_preempted: int
+    predicted_s: float | None = None  # the cost model's prediction, when a profile applies
 
 
 class LLMEngine:
     def __init__(self, model_cfg: ModelConfig, engine_cfg: EngineConfig, sched_cfg: SchedulerConfig,
-                 clock: WallClock, runner: ModelRunner | None = None):
+                 clock: Clock, executor: Executor | None = None, cost_model: CostModel | None = None):
         self.max_seq_len = model_cfg.max_seq_len
         self.block_manager = BlockManager(engine_cfg.num_blocks, engine_cfg.block_size)
         self.scheduler = Scheduler(sched_cfg, self.block_manager)
-        self.runner = runner or ModelRunner(model_cfg, engine_cfg)
+        if executor is None:
+            from chunklab.engine.model_runner import ModelRunner  # torch: only for the real executor
+
+            executor = ModelRunner(model_cfg, engine_cfg)
+        self.executor = executor
         self.clock = clock
+        self.cost_model = cost_model
 
     def add_request(self, request: Request) -> Sequence:
         """Queues the request, or rejects it (phase REJECTED) if it can never run."""
@@ -74,7 +98,9 @@ class LLMEngine:
         plan = self.scheduler.schedule()
         if plan.is_empty:
             raise RuntimeError("scheduler made no progress with unfinished requests")
-        sampled = self.runner.run(plan)
+        predicted_s = self.cost_model.predict(plan) if self.cost_model else None
+        sampled = self.executor.run(plan)
+        self.clock.advance(predicted_s)  # moves only a simulated clock
         end_s = self.clock.now()
         finished = self.scheduler.postprocess(plan, sampled, start_s, end_s)
         record = StepRecord(
@@ -82,6 +108,6 @@ class LLMEngine:
             num_decode_tokens=plan.num_decode_tokens, num_prefill_tokens=plan.num_prefill_tokens,
             num_prefill_chunks=len(plan.prefills), num_running=len(self.scheduler.running),
             num_waiting=len(self.scheduler.waiting), num_free_blocks=self.block_manager.num_free_blocks,
-            num_preempted=len(plan.preempted),
+            num_preempted=len(plan.preempted), predicted_s=predicted_s,
         )
         return record, finished

@@ -5,7 +5,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from chunklab.config import RunConfig, build_run_config
-from chunklab.metrics.conditions import PROJECT_ROOT
+from chunklab.config import PROJECT_ROOT
 
 CONF_DIR = PROJECT_ROOT / "conf"
 

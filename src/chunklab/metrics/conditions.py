@@ -9,11 +9,8 @@ import sys
 from pathlib import Path
 
 import psutil
-import torch
 
-from chunklab.config import RunConfig
-
-PROJECT_ROOT = Path(__file__).resolve().parents[3]
+from chunklab.config import PROJECT_ROOT, RunConfig
 
 
 def cpu_model() -> str:
@@ -56,21 +53,17 @@ def describe_workload(cfg: RunConfig) -> str:
             f"{w.num_requests} requests, {arrival}, seed {w.seed}")
 
 
-def conditions(cfg: RunConfig, num_params: int) -> dict[str, str]:
+def conditions(cfg: RunConfig, num_params: int, cost_model=None) -> dict[str, str]:
+    """This machine and software, the run's model and workload; for a simulated run
+    also the profile whose predictions stand in for the measurements."""
     commit, dirty = git_state()
-    device = cfg.engine.device
-    if device == "cuda" and torch.cuda.is_available():
-        device = f"cuda ({torch.cuda.get_device_name(0)})"
-    return {
+    out = {
+        "executor": cfg.engine.executor,
         "cpu_model": cpu_model(),
         "cpu_arch": platform.machine(),
         "cpu_logical_cores": str(os.cpu_count()),
         "cpu_physical_cores": str(psutil.cpu_count(logical=False)),
         "memory_gb": f"{psutil.virtual_memory().total / 2**30:.1f}",
-        "device": device,
-        "torch_version": torch.__version__,
-        "torch_build": f"cuda {torch.version.cuda}" if torch.version.cuda else "cpu",
-        "torch_threads": str(torch.get_num_threads()),
         "python": sys.version.split()[0],
         "os": platform.platform(),
         "model": cfg.model.name,
@@ -81,9 +74,36 @@ def conditions(cfg: RunConfig, num_params: int) -> dict[str, str]:
         "git_dirty": str(dirty).lower(),
         "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
+    if cfg.engine.executor == "simulated":
+        return out | _profile_conditions(cost_model)
+    return out | _torch_conditions(cfg.engine.device)
+
+
+def _torch_conditions(device: str) -> dict[str, str]:
+    import torch  # only a measured run has torch loaded
+
+    if device == "cuda" and torch.cuda.is_available():
+        device = f"cuda ({torch.cuda.get_device_name(0)})"
+    return {"device": device, "torch_version": torch.__version__,
+            "torch_build": f"cuda {torch.version.cuda}" if torch.version.cuda else "cpu",
+            "torch_threads": str(torch.get_num_threads())}
+
+
+def _profile_conditions(cost_model) -> dict[str, str]:
+    c, held = cost_model.conditions, cost_model.held_out
+    return {"device": f"simulated ({c['device']})", "torch_version": c["torch_version"],
+            "torch_build": c["torch_build"], "torch_threads": c["torch_threads"],
+            "profile_digest": cost_model.digest, "profile_cpu_model": c["cpu_model"],
+            "profile_measured_at": c["measured_at"], "profile_git_commit": c["git_commit"],
+            "profile_held_out_error": f"median {held['median_rel_error']:.1%}, p90 {held['p90_rel_error']:.1%}"}
 
 
 def conditions_line(c: dict[str, str]) -> str:
+    if c.get("executor") == "simulated":
+        return (f"SIMULATED: {c['model']} ({int(c['model_params']):,} params, {c['dtype']}), step times predicted by "
+                f"profile {c['profile_digest']} (measured on {c['profile_cpu_model']}, torch {c['torch_version']}, "
+                f"{c['torch_threads']} threads, {c['profile_measured_at']}; held-out step-time error "
+                f"{c['profile_held_out_error']}), {c['workload']}, simulated {c['measured_at']}")
     return (f"{c['model']} ({int(c['model_params']):,} params, {c['dtype']}), {c['cpu_logical_cores']}x "
             f"{c['cpu_arch']} CPU ({c['cpu_model']}), device {c['device']}, torch {c['torch_version']}, "
             f"{c['torch_threads']} threads, {c['workload']}, measured {c['measured_at']}")

@@ -6,6 +6,7 @@ from chunklab.engine.engine import StepRecord
 from chunklab.metrics.records import RequestRecord, percentile
 
 PERCENTILES = (50, 90, 95, 99)
+NOISY_STEP_FACTOR = 2.0  # a measured step this many times its prediction is the machine's, not the scheduler's
 
 
 def meets_slo(r: RequestRecord, slo: SloConfig) -> bool:
@@ -82,3 +83,16 @@ def step_summary(steps: list[StepRecord], num_chunked_prefills: int) -> dict[str
         "running_mean": sum(s.num_running for s in steps) / len(steps),
         "busy_s": sum(durations),
     }
+
+
+def noise_guard(steps: list[StepRecord]) -> dict[str, float]:
+    """How far measured steps strayed from the profile's prediction (real runs with a profile).
+
+    noisy_steps_share: steps slower than NOISY_STEP_FACTOR x their prediction;
+    worst_step_excess: the largest measured / predicted ratio.
+    """
+    ratios = [s.duration_s / s.predicted_s for s in steps if s.predicted_s]
+    if not ratios:
+        return {}
+    return {"noisy_steps_share": sum(r > NOISY_STEP_FACTOR for r in ratios) / len(ratios),
+            "worst_step_excess": max(ratios), "step_time_vs_predicted_p50": percentile(ratios, 50)}

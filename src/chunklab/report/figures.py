@@ -89,3 +89,23 @@ def versus_rate(runs: pd.DataFrame, path: Path, metrics: list[tuple[str, str]]) 
         ax.set(xscale="log", xlabel="arrival rate (req/s, log)", ylabel=label)
     fig.suptitle("Against offered load, by budget")
     return _save(fig, path)
+
+
+def fidelity(table: pd.DataFrame, path: Path) -> Path:
+    """Per metric: measured median with its min-max spread (bars) and simulated (crosses), by budget."""
+    metrics = list(dict.fromkeys(table["metric"]))
+    budgets = sorted(table["budget"].unique())
+    colors = dict(zip(budgets, sns.color_palette("viridis", len(budgets))))
+    fig, axes = plt.subplots(2, -(-len(metrics) // 2), figsize=(4 * -(-len(metrics) // 2), 6.5), squeeze=False)
+    for ax, metric in zip(axes.flat, metrics):
+        for budget in budgets:
+            t = table[(table["metric"] == metric) & (table["budget"] == budget)].sort_values("rate_per_s")
+            err = [t["real_median"] - t["real_min"], t["real_max"] - t["real_median"]]
+            ax.errorbar(t["rate_per_s"], t["real_median"], yerr=err, color=colors[budget], marker="o", ms=4,
+                        capsize=3, label=f"{budget} measured")
+            ax.plot(t["rate_per_s"], t["simulated"], color=colors[budget], marker="x", ms=7, ls="--",
+                    label=f"{budget} simulated")
+        ax.set(title=metric, xlabel="arrival rate (req/s)")
+    axes.flat[0].legend(fontsize=7, title="budget")
+    fig.suptitle("Fidelity: simulated (x, dashed) vs measured (median, min-max over repeats)", fontsize=10)
+    return _save(fig, path)

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from chunklab.config import TrackingConfig
-from chunklab.metrics.conditions import PROJECT_ROOT
+from chunklab.config import PROJECT_ROOT
 
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 STEP_SERIES = ("duration_s", "num_decode_tokens", "num_prefill_tokens", "num_running", "num_waiting", "num_free_blocks")
@@ -56,13 +56,14 @@ class Tracker:
             raise
         mlflow.end_run("FINISHED")
 
-    def log_result(self, summary: dict[str, float], conditions: dict[str, str], steps, files: list[Path]) -> None:
+    def log_result(self, summary: dict[str, float], conditions: dict[str, str], tags: dict[str, str], steps,
+                   files: list[Path]) -> None:
         if not self.cfg.enabled:
             return
         import mlflow
         from mlflow.entities import Metric
 
-        mlflow.set_tags({f"conditions.{k}": v for k, v in conditions.items()})
+        mlflow.set_tags({f"conditions.{k}": v for k, v in conditions.items()} | tags)
         mlflow.log_metrics({k: float(v) for k, v in summary.items()})
         now_ms = int(time.time() * 1000)
         series = [Metric(f"step.{name}", float(getattr(s, name)), now_ms, i)

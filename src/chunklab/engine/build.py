@@ -1,0 +1,30 @@
+"""Builds the engine a run config asks for: the executor, its clock and the cost model."""
+from __future__ import annotations
+
+from chunklab.config import RunConfig
+from chunklab.engine.clock import SimClock, make_clock
+from chunklab.engine.cost_model import CostModel, load_cost_model
+from chunklab.engine.engine import LLMEngine
+from chunklab.engine.sim_executor import PlaceholderExecutor
+
+
+def build_engine(cfg: RunConfig) -> tuple[LLMEngine, str]:
+    """The engine, and why no profile guards it (empty when one does, or when simulated)."""
+    simulated = cfg.engine.executor == "simulated"
+    cost_model, why_none = load_cost_model(cfg.model, cfg.engine, required=simulated)
+    if simulated:
+        return LLMEngine(cfg.model, cfg.engine, cfg.scheduler, SimClock(), PlaceholderExecutor(), cost_model), ""
+    from chunklab.engine.model_runner import ModelRunner  # torch: only for the real executor
+
+    runner = ModelRunner(cfg.model, cfg.engine)
+    return LLMEngine(cfg.model, cfg.engine, cfg.scheduler, make_clock(cfg.engine.clock), runner, cost_model), why_none
+
+
+def profile_tags(cost_model: CostModel | None) -> dict[str, str]:
+    if cost_model is None:
+        return {}
+    held = cost_model.held_out
+    return ({"profile.digest": cost_model.digest,
+             "profile.held_out_median_rel_error": f"{held['median_rel_error']:.4f}",
+             "profile.held_out_p90_rel_error": f"{held['p90_rel_error']:.4f}"}
+            | {f"profile.{k}": str(v) for k, v in cost_model.conditions.items()})

@@ -1,0 +1,86 @@
+"""Predicts a step's duration from its shape, with a profile calibrated on the real engine.
+
+The profile (outputs/profiles/cpu.json, written by the `calibrate` stage) is data
+with its conditions, like a table: the fitted model, the machine and software it
+was measured on, and its error on held-out step shapes. Plain Python, no torch:
+a simulated run never imports the model.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from chunklab.config import ConfigError, EngineConfig, ModelConfig, PROJECT_ROOT
+from chunklab.engine.scheduler import StepPlan
+from chunklab.engine.step_shape import FEATURES, StepShape
+
+PROFILE_FORMAT = 1
+
+
+def applies_to(model: ModelConfig, engine: EngineConfig) -> dict:
+    """What a profile must match to predict a run: the model's arithmetic and the cache layout."""
+    keys = ("vocab_size", "num_layers", "d_model", "num_heads", "num_kv_heads", "head_dim", "mlp_hidden",
+            "dtype", "attention")
+    return {k: getattr(model, k) for k in keys} | {"device": engine.device, "block_size": engine.block_size}
+
+
+def profile_path(engine: EngineConfig) -> Path:
+    """engine.profile; a relative path is taken from the project root (where conf/ is)."""
+    path = Path(engine.profile)
+    return path if path.is_absolute() else PROJECT_ROOT / path
+
+
+@dataclass(frozen=True)
+class CostModel:
+    coefficients_s: tuple[float, ...]  # seconds per unit of each FEATURES entry
+    mixed_batch: bool
+    digest: str  # of the profile file: which calibration predicted a run
+    conditions: dict  # where and when the profile was measured
+    held_out: dict  # its error on shapes left out of the fit
+
+    def predict_shape(self, shape: StepShape) -> float:
+        return sum(c * f for c, f in zip(self.coefficients_s, shape.features()))
+
+    def predict(self, plan: StepPlan) -> float:
+        """Seconds the engine takes for this plan (schedule, forward, postprocess)."""
+        return self.predict_shape(StepShape.of(plan, self.mixed_batch))
+
+    @classmethod
+    def from_profile(cls, doc: dict, mixed_batch: bool, digest: str = "") -> "CostModel":
+        if doc.get("format") != PROFILE_FORMAT or tuple(doc["model"]["features"]) != FEATURES:
+            raise ConfigError(f"profile format {doc.get('format')!r} with features {doc.get('model', {}).get('features')}"
+                              f" is not this version's ({PROFILE_FORMAT}, {list(FEATURES)}): re-run `dvc repro calibrate`")
+        return cls(tuple(doc["model"]["coefficients_s"]), mixed_batch, digest, doc["conditions"], doc["held_out"])
+
+
+def read_profile(path: Path) -> tuple[dict, str]:
+    try:
+        raw = path.read_bytes()
+        return json.loads(raw), hashlib.sha256(raw).hexdigest()[:12]
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"engine.profile={str(path)!r}: cannot read a profile ({err.__class__.__name__})") from None
+
+
+def load_cost_model(model: ModelConfig, engine: EngineConfig, required: bool) -> tuple[CostModel | None, str]:
+    """The profile's model when it applies to this run, else None and why.
+
+    required (a simulated run): a missing or mismatched profile is a ConfigError.
+    """
+    path = profile_path(engine)
+    if not path.is_file():
+        why = f"engine.profile={engine.profile!r}: no such file (run `dvc repro calibrate`)"
+        if required:
+            raise ConfigError(why)
+        return None, why
+    doc, digest = read_profile(path)
+    want = applies_to(model, engine)
+    diff = {k: (doc["applies_to"].get(k), v) for k, v in want.items() if doc["applies_to"].get(k) != v}
+    if diff:
+        key, (theirs, ours) = next(iter(diff.items()))
+        why = f"engine.profile={engine.profile!r}: calibrated for {key}={theirs!r}, this run has {key}={ours!r}"
+        if required:
+            raise ConfigError(why)
+        return None, why
+    return CostModel.from_profile(doc, engine.mixed_batch, digest), ""

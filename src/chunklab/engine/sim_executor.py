@@ -1,0 +1,21 @@
+"""The simulated executor: no forward pass, placeholder tokens.
+
+The engine ignores EOS (every request generates exactly max_output_tokens), so
+output lengths and every scheduling decision are independent of token values:
+a placeholder id per sampled token changes nothing the scheduler sees. The
+step's duration comes from the cost model, applied by the engine to its SimClock.
+"""
+from __future__ import annotations
+
+from chunklab.engine.scheduler import StepPlan
+
+PLACEHOLDER_TOKEN = 0
+NOTE = ("simulated run: no forward pass ran; step durations are the profile's predictions and generated "
+        "token ids are placeholders (EOS is ignored, so lengths and scheduling do not depend on them)")
+
+
+class PlaceholderExecutor:
+    def run(self, plan: StepPlan) -> dict[int, int]:
+        sampled = {seq.seq_id: PLACEHOLDER_TOKEN for seq in plan.decodes}
+        sampled.update((c.seq.seq_id, PLACEHOLDER_TOKEN) for c in plan.prefills if c.is_last)
+        return sampled

@@ -1,0 +1,175 @@
+"""The simulated engine: the real scheduler and serving loop, step times from the profile."""
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chunklab.app import run_experiment
+from chunklab.calibration.fit import compare, fit_linear
+from chunklab.calibration.shapes import calibration_shapes
+from chunklab.config import ConfigError, EngineConfig, ModelConfig, SchedulerConfig
+from chunklab.engine.cost_model import load_cost_model
+from chunklab.engine.scheduler import ScheduledChunk, StepPlan
+from chunklab.engine.sequence import Request, Sequence
+from chunklab.engine.step_shape import FEATURES, Segment, StepShape
+from chunklab.experiments.compose import compose_run_config
+from chunklab.metrics.summary import noise_guard
+from helpers import MICRO
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_TRACE = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+
+
+def seq(num_prompt: int, num_computed: int) -> Sequence:
+    s = Sequence(Request(num_prompt * 1000 + num_computed, 0.0, (1,) * num_prompt, 4))
+    s.num_computed_tokens = num_computed
+    return s
+
+
+def test_step_shape_features_count_the_work():
+    plan = StepPlan(decodes=[seq(11, 10), seq(21, 20)],
+                    prefills=[ScheduledChunk(seq(5, 0), 5, True), ScheduledChunk(seq(20, 6), 4, False)])
+    mixed = dict(zip(FEATURES, StepShape.of(plan, True).features()))
+    assert mixed == {"forwards": 1, "tokens": 11, "sampled_rows": 3, "decode_rows": 2, "decode_ctx_padded": 2 * 21,
+                     "segments": 2, "causal_pairs": 15, "cached_pairs": 4 * 10, "cached_ctx": 10}
+    separate = dict(zip(FEATURES, StepShape.of(plan, False).features()))
+    assert separate == mixed | {"forwards": 3}  # decodes, then one pass per chunk
+
+
+def test_linear_fit_recovers_known_costs():
+    shapes = calibration_shapes(1, 80, 8, 2048)
+    true = np.array([2e-3, 5e-5, 1e-5, 1e-6, 4e-7, 2e-4, 3e-8, 3e-8, 1e-6])
+    times = [float(np.dot(true, s.features())) for s in shapes]
+    x = np.array([s.features() for s in shapes])
+    assert np.allclose(fit_linear(x, np.array(times)), true, rtol=1e-4, atol=1e-12)
+    assert compare(shapes, times, 0.25, 0)["linear"].median_rel_error < 1e-6
+
+
+class ShapeSpy:
+    """Stands in for the cost model: records the shape of every plan the engine runs."""
+    def __init__(self, mixed_batch):
+        self.mixed_batch, self.shapes = mixed_batch, []
+
+    def predict(self, plan):
+        self.shapes.append(StepShape.of(plan, self.mixed_batch))
+        return 1e-3
+
+
+@pytest.mark.parametrize("mixed_batch", [True, False])
+def test_probe_runs_exactly_the_wanted_shapes(mixed_batch):
+    from chunklab.calibration.probe import ShapeProbe
+
+    probe = ShapeProbe(MICRO, EngineConfig(num_blocks=256))
+    spy = probe.engine.cost_model = ShapeSpy(mixed_batch)
+    wanted = [StepShape((40,), (), mixed_batch), StepShape((), (Segment(64, 0, True),), mixed_batch),
+              StepShape((100, 17, 300), (Segment(30, 200, False),), mixed_batch),
+              StepShape((50,), (Segment(16, 0, True), Segment(20, 0, True), Segment(64, 32, False)), mixed_batch)]
+    for shape in wanted:
+        assert probe.time_step(shape) > 0
+    assert spy.shapes == wanted
+    assert probe.engine.block_manager.num_used_blocks == 0
+
+
+def sim_config(*overrides):
+    return compose_run_config(["engine=simulated", "tracking=none", "tracking.progress=false", *overrides])
+
+
+def test_simulated_runs_are_byte_identical(tmp_path):
+    cfg = sim_config("workload.num_requests=120")
+    a, b = run_experiment(cfg, tmp_path / "a"), run_experiment(cfg, tmp_path / "b")
+    assert (tmp_path / "a/requests.csv").read_bytes() == (tmp_path / "b/requests.csv").read_bytes()
+    assert (tmp_path / "a/steps.csv").read_bytes() == (tmp_path / "b/steps.csv").read_bytes()
+    assert json.dumps(a.summary) == json.dumps(b.summary)
+    doc = json.loads((tmp_path / "a/summary.json").read_text())
+    assert doc["executor"] == "simulated" and "placeholder" in doc["note"]
+    assert doc["conditions_line"].startswith("SIMULATED")
+    assert a.summary["num_finished"] == 120 and a.summary["makespan_s"] > 0
+    assert a.tags["executor"] == "simulated" and len(a.tags["profile.digest"]) == 12
+
+
+def test_simulated_step_time_is_the_profiles_prediction(tmp_path):
+    out = run_experiment(sim_config("workload.num_requests=30"), tmp_path)
+    steps = out.result.steps
+    assert all(s.duration_s == pytest.approx(s.predicted_s, rel=1e-9) for s in steps)
+    # the clock only moves by predictions and idle jumps: steps never overlap
+    assert all(b.start_s >= a.start_s + a.duration_s - 1e-12 for a, b in zip(steps, steps[1:]))
+
+
+def test_a_simulated_run_never_imports_torch(tmp_path):
+    code = ("import sys; from pathlib import Path; from chunklab.experiments.compose import compose_run_config;"
+            "from chunklab.app import run_experiment;"
+            "cfg = compose_run_config(['engine=simulated', 'tracking=none', 'workload.num_requests=20']);"
+            f"run_experiment(cfg, Path({str(tmp_path)!r})); print(sorted(m for m in sys.modules if m == 'torch'))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+WORKLOADS = ["ch10_mixed", "short_prompts"] + (["azure_conv"] if SHARED_TRACE.is_file() else [])
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+@pytest.mark.parametrize("scheduler", ["decode_first", "prefill_first", "sarathi"])
+@pytest.mark.parametrize("slo", ["ch10", "itl_p99"])
+def test_every_workload_scheduler_and_slo_simulates(tmp_path, workload, scheduler, slo):
+    extra = [f"workload.trace.path={SHARED_TRACE}"] if workload == "azure_conv" else []
+    out = run_experiment(sim_config(f"workload={workload}", f"scheduler={scheduler}", f"slo={slo}",
+                                    "workload.num_requests=40", "slowdown=true", *extra), tmp_path)
+    assert out.summary["num_finished"] + out.summary["num_rejected"] == 40
+    assert 0 <= out.summary["slo_attainment"] <= 1
+
+
+def test_profile_for_another_model_is_a_config_error():
+    cfg = sim_config("model=micro")
+    with pytest.raises(ConfigError, match=r"calibrated for num_layers=6, this run has num_layers=2"):
+        load_cost_model(cfg.model, cfg.engine, required=True)
+    model, why = load_cost_model(cfg.model, dataclasses.replace(cfg.engine, executor="torch"), required=False)
+    assert model is None and "num_layers" in why  # a real run goes on, unguarded
+
+
+def test_missing_profile_is_a_config_error():
+    cfg = sim_config("engine.profile=/no/such/profile.json")
+    with pytest.raises(ConfigError, match="engine.profile='/no/such/profile.json': no such file"):
+        load_cost_model(cfg.model, cfg.engine, required=True)
+
+
+def test_noise_guard_flags_steps_slower_than_twice_their_prediction():
+    from chunklab.engine.engine import StepRecord
+
+    def step(duration, predicted):
+        return StepRecord(0.0, duration, 1, 0, 0, 1, 0, 10, 0, predicted)
+
+    guard = noise_guard([step(0.010, 0.010), step(0.030, 0.010), step(0.019, 0.010), step(0.005, 0.010)])
+    assert guard["noisy_steps_share"] == 0.25 and guard["worst_step_excess"] == pytest.approx(3.0)
+    assert noise_guard([step(0.01, None)]) == {}
+
+
+def test_a_calibrated_profile_guards_real_runs_and_drives_simulated_ones(tmp_path):
+    from chunklab.calibration.profile import calibrate
+
+    base = ["model=micro", "tracking=none", "tracking.progress=false", "workload.num_requests=12",
+            "workload.classes.0.min_tokens=300", "workload.classes.0.max_tokens=300",
+            "workload.min_output_tokens=4", "workload.max_output_tokens=8", "scheduler.budget=64"]
+    cal = calibrate(compose_run_config(base), seed=0, num_random_shapes=20, rounds=1, burst=2, held_out_share=0.25)
+    profile = tmp_path / "micro.json"
+    profile.write_text(json.dumps(cal.profile))
+    real = run_experiment(compose_run_config(base + [f"engine.profile={profile}"]), tmp_path / "real")
+    assert 0 <= real.summary["noisy_steps_share"] <= 1 and real.summary["worst_step_excess"] > 0
+    assert all(s.predicted_s > 0 for s in real.result.steps)
+    assert json.loads((tmp_path / "real/summary.json").read_text())["noise_guard"] == "on"
+    sim = run_experiment(compose_run_config(base + [f"engine.profile={profile}", "engine.executor=simulated"]),
+                         tmp_path / "sim")
+    assert sim.summary["num_finished"] == real.summary["num_finished"] == 12
+    assert "noisy_steps_share" not in sim.summary  # a simulated step is its own prediction
+    assert sim.summary["steps"] > 0
+
+
+def test_a_real_run_without_a_matching_profile_says_so(tmp_path):
+    out = run_experiment(compose_run_config(["model=micro", "tracking=none", "workload.num_requests=3"]), tmp_path)
+    assert "noisy_steps_share" not in out.summary
+    assert json.loads((tmp_path / "summary.json").read_text())["noise_guard"].startswith("off: engine.profile=")
