@@ -3,28 +3,39 @@
     python run.py                                   # one run, defaults in conf/config.yaml
     python run.py scheduler.budget=64,512,8192 -m   # a sweep, one MLflow run each
     python run.py experiment=ch10                   # a named experiment (conf/experiment/)
+    python run.py engine=simulated                  # the same run on the calibrated cost model
     python run.py --help                            # config groups and options
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
 from hydra.types import RunMode
 from hydra.utils import to_absolute_path
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
 
-from chunklab.config import ChunklabError, RunConfig, build_run_config
+from chunklab.config import ChunklabError, RunConfig
+from chunklab.interrupts import Interrupted
+from chunklab.schema import error_line, register, to_run_config
+from chunklab.tracking.naming import SWEEP_KEYS_ENV, run_name
+
+register()  # the typed schema conf/config.yaml names first in its defaults list
 
 
 def typed_config(cfg: DictConfig) -> RunConfig:
-    data = OmegaConf.to_container(cfg, resolve=True)
-    trace = data.get("workload", {}).get("trace", {})
-    if trace.get("path"):  # relative to where the user ran the command, not the run folder
-        trace["path"] = to_absolute_path(trace["path"])
-    return build_run_config(data)
+    run_cfg = to_run_config(cfg)
+    trace = run_cfg.workload.trace
+    if trace.path:  # relative to where the user ran the command, not the run folder
+        trace = dataclasses.replace(trace, path=to_absolute_path(trace.path))
+        run_cfg = dataclasses.replace(run_cfg, workload=dataclasses.replace(run_cfg.workload, trace=trace))
+    return run_cfg
 
 
 def run_tags(hc) -> dict[str, str]:
@@ -43,18 +54,43 @@ def main(cfg: DictConfig) -> float:
         from chunklab.app import run_tracked
 
         hc = HydraConfig.get()
-        out = run_tracked(run_cfg, Path(hc.runtime.output_dir), run_tags(hc))
+        sweep_keys = os.environ.get(SWEEP_KEYS_ENV, "").split() if hc.mode == RunMode.MULTIRUN else []
+        name = run_name(run_cfg, list(hc.overrides.task), sweep_keys, hc.runtime.choices.get("experiment"))
+        out = run_tracked(run_cfg, Path(hc.runtime.output_dir), run_tags(hc), name)
     except ChunklabError as err:
         print(f"chunklab: error: {err}", file=sys.stderr)
         sys.exit(2)
-    s = out.summary
-    print(f"budget {run_cfg.scheduler.budget:>5}: TTFT p50 {s['ttft_p50_s']:.3f}s p99 {s['ttft_p99_s']:.3f}s | "
-          f"ITL p50 {s['itl_p50_s'] * 1e3:.1f}ms p99 {s['itl_p99_s'] * 1e3:.1f}ms | "
-          f"TPOT p50 {s['tpot_p50_s'] * 1e3:.1f}ms | {s['output_tokens_per_s']:.1f} tok/s | "
-          f"goodput {s['goodput_req_per_s']:.3f} req/s ({100 * s['slo_attainment']:.0f}% in SLO) | "
-          f"{hc.runtime.output_dir}")
-    return s["goodput_req_per_s"]
+    except Interrupted as err:
+        print(f"chunklab: {err}", file=sys.stderr)
+        sys.exit(err.exit_code)
+    print(result_line(run_cfg, out.summary, hc.runtime.output_dir))
+    return out.summary["goodput_req_per_s"]
+
+
+def result_line(cfg: RunConfig, s: dict, run_dir: str) -> str:
+    nan = float("nan")
+    line = (f"budget {cfg.scheduler.budget:>5}: TTFT p50 {s.get('ttft_p50_s', nan):.3f}s p99 {s.get('ttft_p99_s', nan):.3f}s"
+            f" | ITL p50 {s.get('itl_p50_s', nan) * 1e3:.1f}ms p99 {s.get('itl_p99_s', nan) * 1e3:.1f}ms | "
+            f"TPOT p50 {s.get('tpot_p50_s', nan) * 1e3:.1f}ms | {s['output_tokens_per_s']:.1f} tok/s | "
+            f"goodput {s['goodput_req_per_s']:.3f} req/s ({100 * s['slo_attainment']:.0f}% in SLO)")
+    if s["num_rejected"]:
+        line += f" | {s['num_rejected']:.0f} rejected"
+    kind = " | simulated" if cfg.engine.executor == "simulated" else ""
+    return f"{line}{kind} | {run_dir}"
 
 
 if __name__ == "__main__":
-    main()
+    # Hydra re-raises its composition errors (instead of printing them over several lines
+    # and exiting 1), so they end here as one line and exit 2 like every bad input.
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+    try:
+        main()
+    except ChunklabError as err:  # raised before a job ran: by a sweep callback
+        print(f"chunklab: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except (HydraException, OmegaConfBaseException) as err:
+        print(f"chunklab: error: {error_line(err)}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:  # before a run started (composing, importing): nothing to save
+        print("chunklab: interrupted before the run started; nothing was measured", file=sys.stderr)
+        sys.exit(130)

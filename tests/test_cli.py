@@ -127,7 +127,8 @@ def test_logs_to_a_real_mlflow_server_over_http(tmp_path):
 
 def test_submitit_local_launcher_runs_the_sweep(tmp_path):
     """The cluster path (hydra/launcher=submitit_slurm) differs from this only in where jobs run."""
-    proc = run_cli(tmp_path, "hydra/launcher=submitit_local", "tracking=none", "scheduler.budget=64,8192", "-m")
+    proc = run_cli(tmp_path, "hydra/launcher=submitit_local", "tracking=none", "scheduler.budget=64,8192",
+                   "allow_parallel_measurements=true", "-m")
     assert proc.returncode == 0, proc.stderr[-2000:]
     summaries = sorted((tmp_path / "multirun").glob("*/summary.json"))
     assert len(summaries) == 2

@@ -32,7 +32,7 @@ def test_rejected_request_is_recorded_not_lost():
     seq = Sequence(Request(7, 0.0, (1,) * 5000, 5))
     seq.reject("too long")
     r = record(seq)
-    assert (r.status, r.reject_reason, r.ttft_s) == ("rejected", "too long", None)
+    assert (r.status, r.reason, r.ttft_s) == ("rejected", "too long", None)
     s = summarize([r], [], 1.0, SloConfig())
     assert s["num_rejected"] == 1 and s["slo_attainment"] == 0
 

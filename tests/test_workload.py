@@ -96,3 +96,34 @@ def test_real_azure_trace():
     assert reqs[0].arrival_s == 0.0 and reqs[-1].arrival_s > 30  # about 5.5 requests/s
     assert all(b.arrival_s >= a.arrival_s for a, b in zip(reqs, reqs[1:]))
     assert stats.num_clipped > 0 and {r.label for r in reqs} == {"long", "short"}
+
+
+def test_binary_file_is_a_one_line_error_with_its_line(tmp_path):
+    path = tmp_path / "noise.csv"
+    path.write_bytes(b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,1,2\n\xff\xfe\x00garbage\n")
+    with pytest.raises(TraceError, match=r"noise.csv:3: not UTF-8 text \(byte 0xff"):
+        read_rows(path, 0, 10)
+
+
+@pytest.mark.parametrize("text, message", [("", "empty file"),
+                                           ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "no data rows")])
+def test_empty_trace_is_an_error(tmp_path, text, message):
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    with pytest.raises(TraceError, match=message):
+        read_rows(path, 0, 10)
+
+
+def test_unsorted_rows_replay_in_time_order_and_are_counted(tmp_path):
+    rows = ["2023-11-16 18:15:48.0,10,2", "2023-11-16 18:15:46.0,20,3", "2023-11-16 18:15:47.0,30,4"]
+    reqs, stats = trace_requests(trace_workload(write_trace(tmp_path / "t.csv", rows)), 2048, 260)
+    assert [r.arrival_s for r in reqs] == [0.0, 1.0, 2.0]  # measured from the earliest row: none negative
+    assert [len(r.prompt_token_ids) for r in reqs] == [20, 30, 10]
+    assert stats.num_reordered == 3
+
+
+def test_null_num_requests_reads_every_row(tmp_path):
+    path = write_trace(tmp_path / "t.csv", ROWS)
+    cfg = workload(kind="trace", num_requests=None, trace=TraceConfig(path=str(path)))
+    reqs, stats = trace_requests(cfg, 2048, 260)
+    assert len(reqs) == stats.num_rows == len(ROWS)

@@ -17,7 +17,8 @@ from chunklab.config import RunConfig
 from chunklab.engine.build import build_engine, profile_tags
 from chunklab.engine.serve import ServeResult, serve
 from chunklab.engine.sim_executor import NOTE as SIMULATED_NOTE
-from chunklab.metrics.conditions import conditions, conditions_line
+from chunklab.interrupts import Interrupted, Interrupts
+from chunklab.metrics.conditions import conditions, conditions_line, describe_workload
 from chunklab.metrics.isolation import IsolatedLatency, with_slowdown
 from chunklab.metrics.records import RequestRecord, record
 from chunklab.metrics.summary import noise_guard, summarize
@@ -28,7 +29,7 @@ from chunklab.workload import make_requests
 
 REQUEST_COLUMNS = ("request_id", "label", "status", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s",
                    "tpot_s", "e2e_s", "queue_s", "max_gap_s", "itl_p99_s", "slowdown", "preemptions",
-                   "output_digest", "reject_reason")
+                   "output_digest", "reason")
 
 
 @dataclass
@@ -41,16 +42,17 @@ class RunOutput:
     tags: dict[str, str]  # executor and profile: which kind of numbers these are
 
 
-def run_experiment(cfg: RunConfig, run_dir: Path) -> RunOutput:
+def run_experiment(cfg: RunConfig, run_dir: Path, should_stop=None) -> RunOutput:
+    """should_stop() is polled between steps; a stopped run still writes what it measured."""
     requests, trace_stats = make_requests(cfg)
     engine, why_unguarded = build_engine(cfg)
     simulated = cfg.engine.executor == "simulated"
     engine.warmup()
     with tqdm(total=len(requests), desc="requests", unit="req", disable=not cfg.tracking.progress or None,
               leave=False) as bar:
-        result = serve(engine, requests, on_done=bar.update)
+        result = serve(engine, requests, on_done=bar.update, should_stop=should_stop)
     records = [record(s) for s in result.sequences]
-    if cfg.slowdown:
+    if cfg.slowdown and not result.stopped:
         records = with_slowdown(records, IsolatedLatency.measure(engine, requests))
     summary = summarize(records, result.steps, result.makespan_s, cfg.slo, engine.scheduler.num_chunked_prefills)
     summary["kv_cache_mb"] = kv_cache_bytes(cfg.model, cfg.engine) / 2**20
@@ -58,7 +60,7 @@ def run_experiment(cfg: RunConfig, run_dir: Path) -> RunOutput:
         summary |= noise_guard(result.steps)  # measured against predicted: the machine's stalls
     if trace_stats is not None:
         summary |= {"trace_rows": trace_stats.num_rows, "trace_clipped": trace_stats.num_clipped,
-                    "trace_overlong": trace_stats.num_overlong}
+                    "trace_overlong": trace_stats.num_overlong, "trace_reordered": trace_stats.num_reordered}
     cond = conditions(cfg, num_parameters(cfg.model), engine.cost_model)
     tags = {"executor": cfg.engine.executor} | profile_tags(engine.cost_model)
     notes = {"executor": cfg.engine.executor,
@@ -84,9 +86,27 @@ def write_files(run_dir: Path, cfg: RunConfig, summary, cond, records, result: S
     return paths
 
 
-def run_tracked(cfg: RunConfig, run_dir: Path, tags: dict[str, str]) -> RunOutput:
+def run_tracked(cfg: RunConfig, run_dir: Path, tags: dict[str, str], name: str = "") -> RunOutput:
+    """run_experiment inside an MLflow run that ends FINISHED, FAILED, or KILLED on SIGINT/SIGTERM
+    (then with the partial results logged, and Interrupted raised)."""
     tracker = Tracker(cfg.tracking)
-    with tracker.run(flatten(dataclasses.asdict(cfg)), tags):
-        out = run_experiment(cfg, run_dir)
+    with Interrupts() as interrupts, tracker.run(flatten(dataclasses.asdict(cfg)), tags, name):
+        out = run_experiment(cfg, run_dir, should_stop=lambda: interrupts.requested)
+        tracker.log_workload(cfg.workload.name, workload_frame(out.result.sequences),
+                             cfg.workload.trace.path if cfg.workload.kind == "trace" else "",
+                             {"spec": describe_workload(cfg)})
         tracker.log_result(out.summary, out.conditions, out.tags, out.result.steps, out.files)
+        if interrupts.requested:
+            s = out.summary
+            where = f"; MLflow run {tracker.run_id} marked KILLED" if tracker.run_id else ""
+            raise Interrupted(interrupts.signum, (
+                f"interrupted by {interrupts.name}: {s['num_finished']} of {s['num_requests']} requests finished, "
+                f"{s['num_unfinished']} unfinished; partial results in {run_dir}{where}"))
     return out
+
+
+def workload_frame(sequences) -> pd.DataFrame:
+    """The requests a run served, as the dataset MLflow records (ids, arrivals, lengths, class)."""
+    return pd.DataFrame([(s.seq_id, s.request.arrival_s, s.num_prompt_tokens, s.request.max_output_tokens,
+                          s.request.label) for s in sequences],
+                        columns=["request_id", "arrival_s", "prompt_tokens", "max_output_tokens", "label"])

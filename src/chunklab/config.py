@@ -5,8 +5,6 @@ ConfigError whose message names the key and the value.
 """
 from __future__ import annotations
 
-import dataclasses
-import typing
 from pathlib import Path
 from dataclasses import dataclass, field
 
@@ -72,7 +70,7 @@ class SchedulerConfig:
     long_prefill_threshold: int = 0  # cap on one prefill's chunk per step; 0 = off
 
 
-@dataclass(frozen=True)
+@dataclass  # not frozen: Hydra builds list items from this type while composing, and must fill them
 class LengthClass:
     label: str
     weight: float
@@ -93,7 +91,7 @@ class TraceConfig:
 class WorkloadConfig:
     name: str = "ch10_mixed"
     kind: str = "synthetic"  # synthetic | trace
-    num_requests: int = 24
+    num_requests: int | None = 24  # null: every row of a trace (synthetic workloads need a number)
     seed: int = 3
     arrival: str = "poisson"  # poisson | gamma | all_at_once
     rate_per_s: float = 8.0
@@ -114,10 +112,11 @@ class SloConfig:
 @dataclass(frozen=True)
 class TrackingConfig:
     enabled: bool = True
-    tracking_uri: str = ""  # "" = MLFLOW_TRACKING_URI, else sqlite:///<project>/mlflow.db
+    tracking_uri: str = ""  # "" = MLFLOW_TRACKING_URI, else MLflow's default: sqlite:///<current dir>/mlflow.db
     experiment_name: str = "chunklab"
-    run_name: str = ""
+    run_name: str = ""  # "" = named from what the sweep varies (budget=64), or the experiment
     progress: bool = True
+    system_metrics_interval_s: float = 1.0  # CPU and memory sampled into the run; 0 = off
 
 
 @dataclass(frozen=True)
@@ -129,62 +128,9 @@ class RunConfig:
     slo: SloConfig = field(default_factory=SloConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     slowdown: bool = False  # also measure each request class alone, for slowdown metrics (~2 s)
-
-
-# -- building ------------------------------------------------------------------
-
-def build(cls, data, prefix: str = ""):
-    """Make dataclass `cls` from nested plain data, checking keys and types."""
-    if dataclasses.is_dataclass(data):
-        return data
-    if not isinstance(data, dict):
-        raise ConfigError(f"{prefix or 'config'}={data!r}: expected a mapping")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ConfigError(f"{prefix}{unknown[0]}: unknown key (known: {', '.join(sorted(names))})")
-    kwargs = {k: _coerce(hints[k], v, f"{prefix}{k}") for k, v in data.items()}
-    return cls(**kwargs)
-
-
-def _coerce(hint, value, key: str):
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
-        if value is None and type(None) in args:
-            return None
-        hint = next(a for a in args if a is not type(None))
-        origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if dataclasses.is_dataclass(hint):
-        return build(hint, value, key + ".")
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}={value!r}: expected a list")
-        return tuple(_coerce(args[0], v, f"{key}[{i}]") for i, v in enumerate(value))
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{key}={value!r}: expected true or false")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key}={value!r}: expected an integer")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{key}={value!r}: expected a number")
-        return float(value)
-    if hint is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{key}={value!r}: expected a string")
-        return value
-    return value
-
-
-def build_run_config(data: dict) -> RunConfig:
-    cfg = build(RunConfig, data)
-    validate(cfg)
-    return cfg
+    # Real-engine jobs launched in parallel on one machine slow each other and corrupt every
+    # timing: refused unless each job has its own machine (SLURM) or this is set.
+    allow_parallel_measurements: bool = False
 
 
 # -- validation ----------------------------------------------------------------
@@ -229,7 +175,9 @@ def validate(cfg: RunConfig) -> None:
 
 def _validate_workload(w: WorkloadConfig, m: ModelConfig) -> None:
     _one_of("workload.kind", w.kind, ("synthetic", "trace"))
-    _check(w.num_requests >= 1, "workload.num_requests", w.num_requests, "must be >= 1")
+    _check(w.num_requests is not None or w.kind == "trace", "workload.num_requests", w.num_requests,
+           "null (every row) is only for traces; a synthetic workload needs a number")
+    _check(w.num_requests is None or w.num_requests >= 1, "workload.num_requests", w.num_requests, "must be >= 1")
     _one_of("workload.arrival", w.arrival, ("poisson", "gamma", "all_at_once"))
     _check(w.rate_per_s > 0, "workload.rate_per_s", w.rate_per_s, "must be > 0")
     _check(w.burstiness > 0, "workload.burstiness", w.burstiness, "must be > 0")

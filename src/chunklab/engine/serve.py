@@ -11,24 +11,31 @@ from chunklab.engine.sequence import Request, Sequence
 
 @dataclass
 class ServeResult:
-    sequences: list[Sequence]  # one per request, in request order: finished or rejected
+    # one per request, in request order: finished, rejected, or (when stopped early) unfinished
+    sequences: list[Sequence]
     steps: list[StepRecord] = field(default_factory=list)
     makespan_s: float = 0.0
+    stopped: bool = False  # should_stop ended the run before every request was done
 
 
-def serve(engine: LLMEngine, requests: list[Request],
-          on_done: Callable[[int], None] | None = None) -> ServeResult:
-    """Runs until every request has finished or been rejected.
+def serve(engine: LLMEngine, requests: list[Request], on_done: Callable[[int], None] | None = None,
+          should_stop: Callable[[], bool] | None = None) -> ServeResult:
+    """Runs until every request has finished or been rejected, or should_stop() says stop.
 
     A request enters the engine at the first step boundary at or after its
-    arrival_s; its timings are still measured from arrival_s.
+    arrival_s; its timings are still measured from arrival_s. should_stop is
+    checked between steps, so a stopped run keeps every step it completed.
     """
     pending = deque(sorted(requests, key=lambda r: r.arrival_s))
     sequences: dict[int, Sequence] = {}
     steps: list[StepRecord] = []
     clock = engine.clock
     clock.start()
+    stopped = False
     while pending or engine.has_unfinished:
+        if should_stop is not None and should_stop():
+            stopped = True
+            break
         now = clock.now()
         while pending and pending[0].arrival_s <= now:
             seq = engine.add_request(pending.popleft())
@@ -43,4 +50,6 @@ def serve(engine: LLMEngine, requests: list[Request],
         steps.append(record)
         if finished and on_done:
             on_done(len(finished))
-    return ServeResult([sequences[r.request_id] for r in requests], steps, clock.now())
+    for request in pending:  # never arrived before the stop: still waiting, outside the engine
+        sequences[request.request_id] = Sequence(request)
+    return ServeResult([sequences[r.request_id] for r in requests], steps, clock.now(), stopped)

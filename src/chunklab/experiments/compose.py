@@ -1,16 +1,21 @@
-"""Compose the real conf/ with overrides, outside a Hydra app (DVC stages, benchmarks)."""
+"""Compose the real conf/ with overrides, outside a Hydra app (DVC stages, benchmarks, tests)."""
 from __future__ import annotations
 
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
 
-from chunklab.config import RunConfig, build_run_config
-from chunklab.config import PROJECT_ROOT
+from chunklab.config import PROJECT_ROOT, ConfigError, RunConfig
+from chunklab.schema import error_line, register, to_run_config
 
 CONF_DIR = PROJECT_ROOT / "conf"
 
 
 def compose_run_config(overrides: list[str]) -> RunConfig:
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
-    return build_run_config(OmegaConf.to_container(cfg, resolve=True))
+    register()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as err:
+        raise ConfigError(error_line(err)) from None
+    return to_run_config(cfg)

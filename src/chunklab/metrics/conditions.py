@@ -39,7 +39,8 @@ def describe_workload(cfg: RunConfig) -> str:
     w = cfg.workload
     if w.kind == "trace":
         t = w.trace
-        return (f"{w.name}: trace {Path(t.path).name}, {w.num_requests} requests from row {t.start_offset}, "
+        count = "every row" if w.num_requests is None else f"{w.num_requests} requests"
+        return (f"{w.name}: trace {Path(t.path).name}, {count} from row {t.start_offset}, "
                 f"time x{t.time_scale:g}, lengths x{t.length_scale:g}, overlong={t.overlong}")
     total = sum(c.weight for c in w.classes)
     parts = []

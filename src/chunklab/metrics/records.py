@@ -15,7 +15,7 @@ from chunklab.engine.sequence import Phase, Sequence
 class RequestRecord:
     request_id: int
     label: str
-    status: str  # finished | rejected
+    status: str  # finished | rejected | unfinished (the run was stopped first)
     arrival_s: float
     prompt_tokens: int
     output_tokens: int
@@ -29,7 +29,7 @@ class RequestRecord:
     slowdown: float | None = None
     preemptions: int = 0
     output_digest: str = ""  # hash of the generated ids: equal digests = equal outputs
-    reject_reason: str = ""
+    reason: str = ""  # why a request did not finish: its rejection, or where the stop found it
     gaps_s: tuple[float, ...] = field(default=(), repr=False)  # every inter-token gap
 
 
@@ -51,8 +51,11 @@ def record(seq: Sequence) -> RequestRecord:
     base = dict(request_id=req.request_id, label=req.label, arrival_s=req.arrival_s,
                 prompt_tokens=seq.num_prompt_tokens, output_tokens=seq.num_output_tokens)
     if seq.phase is Phase.REJECTED:
-        return RequestRecord(status="rejected", reject_reason=seq.reject_reason, **base)
-    assert seq.phase is Phase.FINISHED, f"request {req.request_id} is {seq.phase.name}, not done"
+        return RequestRecord(status="rejected", reason=seq.reject_reason, **base)
+    if seq.phase is not Phase.FINISHED:
+        where = (f"{seq.phase.name.lower()}, {seq.num_output_tokens}/{req.max_output_tokens} tokens"
+                 if seq.phase is not Phase.WAITING or seq.num_output_tokens else "waiting")
+        return RequestRecord(status="unfinished", reason=f"run stopped while {where}", **base)
     times = seq.token_times_s
     gaps = tuple(b - a for a, b in zip(times, times[1:]))
     return RequestRecord(

@@ -33,7 +33,9 @@ def summarize(records: list[RequestRecord], steps: list[StepRecord], makespan_s:
     done = [r for r in records if r.status == "finished"]
     good = [r for r in records if meets_slo(r, slo)]
     out: dict[str, float] = {
-        "num_requests": len(records), "num_finished": len(done), "num_rejected": len(records) - len(done),
+        "num_requests": len(records), "num_finished": len(done),
+        "num_rejected": sum(r.status == "rejected" for r in records),
+        "num_unfinished": sum(r.status == "unfinished" for r in records),
         "makespan_s": makespan_s,
         "output_tokens_per_s": sum(r.output_tokens for r in done) / makespan_s if makespan_s else 0.0,
         "requests_per_s": len(done) / makespan_s if makespan_s else 0.0,

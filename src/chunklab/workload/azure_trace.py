@@ -36,6 +36,7 @@ class TraceStats:
     num_rows: int
     num_clipped: int  # prompts cut to fit the model context (overlong=clip)
     num_overlong: int  # prompts that did not fit, clipped or passed on to be rejected
+    num_reordered: int = 0  # rows not in time order in the file, replayed in time order
 
 
 def parse_timestamp(text: str, where: str) -> float:
@@ -48,25 +49,41 @@ def parse_timestamp(text: str, where: str) -> float:
         raise TraceError(f"{where}: bad TIMESTAMP {text!r} (want YYYY-MM-DD HH:MM:SS.fffffff)") from None
 
 
-def read_rows(path: str | Path, start_offset: int, limit: int) -> list[TraceRow]:
+def read_rows(path: str | Path, start_offset: int, limit: int | None) -> list[TraceRow]:
+    """Data rows [start_offset, start_offset + limit) (limit None: to the end), in file order."""
     path = Path(path)
     if not path.is_file():
         raise TraceError(f"workload.trace.path={str(path)!r}: no such file")
+    lines = decode_text(path).splitlines()
+    if not lines:
+        raise TraceError(f"{path}: empty file (want a {','.join(COLUMNS)} header and rows)")
+    reader = csv.reader(lines)
     rows = []
-    with path.open(newline="") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None or tuple(h.strip() for h in header[:3]) != COLUMNS:
-            raise TraceError(f"{path}:1: header {header!r} is not {','.join(COLUMNS)}")
+    try:
+        header = next(reader)
+        if tuple(h.strip() for h in header[:3]) != COLUMNS:
+            raise TraceError(f"{path}:1: header {','.join(header)[:80]!r} is not {','.join(COLUMNS)}")
         for index, fields in enumerate(reader):
             if index < start_offset:
                 continue
-            if len(rows) >= limit:
+            if limit is not None and len(rows) >= limit:
                 break
             rows.append(parse_row(fields, f"{path}:{reader.line_num}", reader.line_num))
+    except csv.Error as err:
+        raise TraceError(f"{path}:{reader.line_num}: not CSV ({err})") from None
     if not rows:
-        raise TraceError(f"{path}: no rows after workload.trace.start_offset={start_offset}")
+        raise TraceError(f"{path}: no data rows after workload.trace.start_offset={start_offset}")
     return rows
+
+
+def decode_text(path: Path) -> str:
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise TraceError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[err.start]:02x} at offset {err.start}); "
+                         f"want a CSV of {','.join(COLUMNS)}") from None
 
 
 def parse_row(fields: list[str], where: str, line: int) -> TraceRow:
@@ -83,7 +100,11 @@ def parse_row(fields: list[str], where: str, line: int) -> TraceRow:
 
 def trace_requests(cfg: WorkloadConfig, max_seq_len: int, vocab_size: int) -> tuple[list[Request], TraceStats]:
     t = cfg.trace
-    rows = read_rows(t.path, t.start_offset, cfg.num_requests)
+    in_file_order = read_rows(t.path, t.start_offset, cfg.num_requests)
+    # Rows out of time order are replayed in time order (stable), and counted: arrivals are
+    # measured from the earliest row, so none is ever negative.
+    rows = sorted(in_file_order, key=lambda r: r.time_s)
+    num_reordered = sum(a is not b for a, b in zip(rows, in_file_order))
     t0 = rows[0].time_s
     requests, clipped, overlong = [], 0, 0
     for i, row in enumerate(rows):
@@ -98,4 +119,4 @@ def trace_requests(cfg: WorkloadConfig, max_seq_len: int, vocab_size: int) -> tu
         arrival_s = (row.time_s - t0) * t.time_scale
         label = "long" if num_prompt >= LONG_PROMPT_TOKENS else "short"
         requests.append(Request(i, arrival_s, prompt_ids(cfg.seed, i, num_prompt, vocab_size), num_output, label))
-    return requests, TraceStats(len(rows), clipped, overlong)
+    return requests, TraceStats(len(rows), clipped, overlong, num_reordered)

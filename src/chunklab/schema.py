@@ -1,0 +1,76 @@
+"""The run's dataclasses (chunklab.config) registered as Hydra's structured config schema.
+
+conf/config.yaml puts the schema first in its defaults list, so Hydra itself rejects a
+wrong type or an unknown key while composing, and the composed config converts straight
+into a RunConfig. Hydra's multi-line errors become one line here; cross-field checks stay
+in config.validate.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+from chunklab.config import ConfigError, RunConfig, validate
+
+SCHEMA_NAME = "chunklab_schema"
+
+
+def _writable(node):
+    # The dataclasses are frozen (a run's config never changes), which OmegaConf turns into
+    # read-only nodes; composition must merge the group files into them first.
+    OmegaConf.set_readonly(node, False)
+    if isinstance(node, DictConfig):
+        for key in node.keys():
+            child = node._get_node(key)
+            if isinstance(child, (DictConfig, ListConfig)):
+                _writable(child)
+    return node
+
+
+def register() -> None:
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=_writable(OmegaConf.structured(RunConfig)))
+
+
+def to_run_config(cfg: DictConfig) -> RunConfig:
+    """The composed config as the typed, validated RunConfig."""
+    unknown = _unknown_keys(cfg)
+    if unknown:  # `+key=value` forces a key past the schema
+        raise ConfigError(f"{unknown[0]}: unknown key: not in the schema ({SCHEMA_NAME})")
+    try:
+        run_cfg = OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as err:
+        raise ConfigError(error_line(err)) from None
+    validate(run_cfg)
+    return run_cfg
+
+
+def _unknown_keys(node: DictConfig, prefix: str = "") -> list[str]:
+    schema = OmegaConf.get_type(node)
+    fields = {f.name for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else None
+    out = []
+    for key in node.keys():
+        if fields is not None and key not in fields:
+            out.append(f"{prefix}{key}")
+        child = node._get_node(key)
+        if isinstance(child, DictConfig):
+            out += _unknown_keys(child, f"{prefix}{key}.")
+    return out
+
+
+def error_line(err: BaseException) -> str:
+    """One line naming the key (and the override, where there is one) for a Hydra/OmegaConf error."""
+    cause = err.__cause__ if isinstance(err.__cause__, OmegaConfBaseException) else err
+    override = re.search(r"override '?([^\s']+=[^\s']*)", str(err))
+    if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
+        unknown = " unknown key:" if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) else ""
+        where = override.group(1) if override and not unknown else cause.full_key
+        return f"{where}:{unknown} {_first_line(cause.msg)}"
+    return "; ".join(line.strip() for line in str(err).splitlines() if line.strip())
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text and text.strip() else ""

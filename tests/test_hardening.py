@@ -1,0 +1,124 @@
+"""Faults and bad input through run.py, as a user meets them: signals, empty results, bad
+traces, MLflow's view of a sweep, and launchers that would corrupt measurements."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from chunklab.interrupts import Interrupts
+from test_cli import ROOT, SMALL, run_cli, runs
+
+LONG_RUN = [*SMALL, "workload.num_requests=3000", "workload.rate_per_s=2000"]
+
+
+def start_cli(tmp_path, *overrides, sig_after_s=2.0):
+    env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db")
+    proc = subprocess.Popen([sys.executable, "run.py", *LONG_RUN, f"hydra.run.dir={tmp_path}/run", *overrides],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (tmp_path / "mlflow.db").exists() or not list(Path(tmp_path / "run").glob(".hydra/config.yaml")):
+        assert proc.poll() is None and time.time() < deadline, "the run never started"
+        time.sleep(0.2)
+    time.sleep(sig_after_s)  # model built, serving under way
+    return proc
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_ends_the_run_killed_with_its_partial_results(tmp_path, sig, code):
+    proc = start_cli(tmp_path)
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == code, stderr[-2000:]
+    assert "Traceback" not in stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(f"chunklab: interrupted by {sig.name}: ") and "partial results in" in last
+    assert "marked KILLED" in last
+    df = runs(tmp_path)
+    assert list(df["status"]) == ["KILLED"]
+    assert df["metrics.num_unfinished"].iloc[0] > 0
+    requests = pd.read_csv(tmp_path / "run" / "requests.csv")
+    assert len(requests) == 3000  # none lost: finished, or unfinished with where the stop found it
+    assert set(requests["status"]) <= {"finished", "unfinished"} and (requests["status"] == "unfinished").any()
+    assert requests.loc[requests["status"] == "unfinished", "reason"].str.startswith("run stopped while").all()
+    import mlflow
+
+    names = {a.path for a in mlflow.MlflowClient().list_artifacts(df["run_id"].iloc[0])}
+    assert {"summary.json", "requests.csv", "steps.csv"} <= names
+
+
+def test_a_second_signal_exits_at_once(monkeypatch):
+    exits = []
+    monkeypatch.setattr(os, "_exit", exits.append)
+    interrupts = Interrupts()
+    interrupts.handle(signal.SIGTERM)
+    assert interrupts.requested and not exits
+    interrupts.handle(signal.SIGTERM)
+    assert exits == [143]
+
+
+def test_every_request_rejected_is_still_a_result(tmp_path):
+    proc = run_cli(tmp_path, "engine.num_blocks=1", "tracking=none")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "10 rejected" in proc.stdout
+    requests = pd.read_csv(tmp_path / "run" / "requests.csv")
+    assert set(requests["status"]) == {"rejected"} and requests["reason"].str.contains("KV blocks").all()
+    assert (tmp_path / "run" / "latency.png").stat().st_size > 0
+
+
+def test_a_binary_trace_is_one_line_naming_the_file(tmp_path):
+    trace = tmp_path / "noise.csv"
+    trace.write_bytes(os.urandom(4096))
+    proc = run_cli(tmp_path, "workload=azure_conv", f"workload.trace.path={trace}")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"chunklab: error: {trace}")
+
+
+def test_a_sweep_names_its_runs_and_logs_dataset_and_system_metrics(tmp_path):
+    proc = run_cli(tmp_path, "scheduler.budget=64,8192", "tracking.system_metrics_interval_s=0.2", "-m")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    df = runs(tmp_path)
+    assert sorted(df["tags.mlflow.runName"]) == ["budget=64", "budget=8192"]
+    import mlflow
+
+    run = mlflow.get_run(df["run_id"].iloc[0])
+    datasets = [d.dataset for d in run.inputs.dataset_inputs]
+    assert [d.name for d in datasets] == ["ch10_mixed"] and datasets[0].digest
+    assert any(k.startswith("system/cpu_utilization") for k in run.data.metrics)
+
+
+def test_a_single_run_is_named_after_its_experiment(tmp_path):
+    proc = run_cli(tmp_path, "experiment=ch10", "workload.num_requests=4", "slowdown=false")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert list(runs(tmp_path, "ch10")["tags.mlflow.runName"]) == ["ch10"]
+
+
+def test_the_default_store_is_where_the_command_runs(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), *SMALL, "workload.num_requests=3",
+                           f"hydra.run.dir={tmp_path}/run"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "mlflow.db").is_file()
+
+
+def test_parallel_real_measurements_are_refused_in_one_line(tmp_path):
+    proc = run_cli(tmp_path, "hydra/launcher=joblib", "scheduler.budget=64,8192", "-m")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("chunklab: error: hydra/launcher=JoblibLauncher")
+    assert not (tmp_path / "multirun").exists() or not list((tmp_path / "multirun").glob("*/summary.json"))
+
+
+def test_parallel_simulated_sweep_into_a_fresh_store(tmp_path):
+    """Jobs start together into an mlflow.db that does not exist yet: none may be lost."""
+    proc = run_cli(tmp_path, "model=tiny_gpt", "engine=simulated", "hydra/launcher=joblib",
+                   "hydra.launcher.n_jobs=2", "scheduler.budget=64,512,2048,8192", "-m")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    df = runs(tmp_path)
+    assert len(df) == 4 and set(df["status"]) == {"FINISHED"}
+    assert set(df["tags.executor"]) == {"simulated"}
+    assert sorted(df["tags.mlflow.runName"]) == sorted(f"budget={b} (simulated)" for b in (64, 512, 2048, 8192))
