@@ -19,6 +19,7 @@ from chunklab.report import figures
 from chunklab.report.fidelity import GOALS, fidelity_table, step_error_table
 from common import OUTPUTS, params
 
+STEP_COLUMNS = ["duration_s", "predicted_s", "num_decode_tokens", "num_prefill_tokens", "num_prefill_chunks"]
 METRICS = list(GOALS) + ["slo_attainment", "output_tokens_per_s", "noisy_steps_share", "worst_step_excess"]
 
 
@@ -43,7 +44,7 @@ def main() -> None:
                 res = one_run(p, "torch", budget, rate, Path(tmp) / f"real-{repeat}-{budget}-{rate}")
                 rows.append({"executor": "torch", "repeat": repeat, "budget": budget, "rate_per_s": rate}
                             | {m: res.summary.get(m) for m in METRICS})
-                steps.append(pd.DataFrame([vars_of(s) for s in res.result.steps]))
+                steps.append(res.result.steps.to_frame()[STEP_COLUMNS])
                 lines.setdefault("measured", conditions_line(res.conditions))
                 print(f"[fidelity] real #{repeat} budget {budget} rate {rate}: TTFT p50 "
                       f"{res.summary['ttft_p50_s']:.3f}s goodput {res.summary['goodput_req_per_s']:.2f}", flush=True)
@@ -63,11 +64,6 @@ def main() -> None:
     (OUTPUTS / "tables").mkdir(exist_ok=True)
     (OUTPUTS / "tables" / "fidelity.md").write_text(markdown(p, runs, table, step_err, lines))
     print(markdown(p, runs, table, step_err, lines))
-
-
-def vars_of(step) -> dict:
-    return {k: getattr(step, k) for k in ("duration_s", "predicted_s", "num_decode_tokens", "num_prefill_tokens",
-                                          "num_prefill_chunks")}
 
 
 def markdown(p, runs, table, step_err, lines) -> str:

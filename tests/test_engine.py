@@ -68,7 +68,7 @@ def test_every_request_finishes_with_its_output_length(reqs):
         assert seq.phase is Phase.FINISHED
         assert seq.num_output_tokens == req.max_output_tokens == len(seq.token_times_s)
         assert seq.first_scheduled_s >= req.arrival_s
-        assert seq.token_times_s == sorted(seq.token_times_s)
+        assert list(seq.token_times_s) == sorted(seq.token_times_s)
 
 
 def test_overlong_requests_are_rejected_with_a_reason():
@@ -97,6 +97,6 @@ def test_greedy_generation_matches_llama_generate():
     eng, result = run_engine(reqs, model=model_cfg, budget=16)
     llama = to_llama(eng.executor.model)
     for req, seq in zip(reqs, result.sequences):
-        ids = torch.tensor([req.prompt_token_ids])
+        ids = torch.tensor([list(req.prompt_token_ids)])
         ref = llama.generate(ids, max_new_tokens=6, do_sample=False, attention_mask=torch.ones_like(ids))
         assert seq.output_token_ids == ref[0, ids.shape[1]:].tolist()

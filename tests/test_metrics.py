@@ -1,6 +1,8 @@
 """Metrics from hand-built sequences with known timestamps."""
 import pytest
 
+from chunklab.engine.step_log import StepLog
+
 from chunklab.config import SloConfig
 from chunklab.engine.engine import StepRecord
 from chunklab.engine.sequence import Request, Sequence
@@ -33,7 +35,7 @@ def test_rejected_request_is_recorded_not_lost():
     seq.reject("too long")
     r = record(seq)
     assert (r.status, r.reason, r.ttft_s) == ("rejected", "too long", None)
-    s = summarize([r], [], 1.0, SloConfig())
+    s = summarize([r], StepLog(), 1.0, SloConfig())
     assert s["num_rejected"] == 1 and s["slo_attainment"] == 0
 
 
@@ -47,7 +49,7 @@ def test_summary_goodput_and_honest_itl():
     a = finished(0, 0.0, [0.2, 0.22, 0.24, 0.26], "long")  # meets SLO
     b = finished(1, 0.0, [2.0, 2.01, 2.02], "short")  # TTFT 2.0 s: misses
     c = finished(2, 1.0, [1.1, 1.2, 3.2])  # TPOT 1.05 s: misses; a 2 s stall
-    steps = [StepRecord(0, 0.01, 8, 56, 1, 8, 0, 100, 0), StepRecord(0.01, 0.03, 8, 0, 0, 8, 0, 100, 0)]
+    steps = StepLog.of([StepRecord(0, 0.01, 8, 56, 1, 8, 0, 100, 0), StepRecord(0.01, 0.03, 8, 0, 0, 8, 0, 100, 0)])
     s = summarize([record(x) for x in (a, b, c)], steps, 4.0, SloConfig(ttft_s=1.0, tpot_s=0.05))
     assert s["goodput_req_per_s"] == pytest.approx(1 / 4)
     assert s["slo_attainment"] == pytest.approx(1 / 3)

@@ -140,13 +140,18 @@ def test_missing_profile_is_a_config_error():
 
 def test_noise_guard_flags_steps_slower_than_twice_their_prediction():
     from chunklab.engine.engine import StepRecord
+    from chunklab.engine.step_log import StepLog
 
-    def step(duration, predicted):
-        return StepRecord(0.0, duration, 1, 0, 0, 1, 0, 10, 0, predicted)
+    def log(*pairs):
+        steps = StepLog()
+        for duration, predicted in pairs:
+            steps.append(StepRecord(0.0, duration, 1, 0, 0, 1, 0, 10, 0, predicted))
+        return steps
 
-    guard = noise_guard([step(0.010, 0.010), step(0.030, 0.010), step(0.019, 0.010), step(0.005, 0.010)])
+    guard = noise_guard(log((0.010, 0.010), (0.030, 0.010), (0.019, 0.010), (0.005, 0.010)))
     assert guard["noisy_steps_share"] == 0.25 and guard["worst_step_excess"] == pytest.approx(3.0)
-    assert noise_guard([step(0.01, None)]) == {}
+    assert noise_guard(log((0.01, None))) == {}
+    assert log((0.01, None))[0].predicted_s is None
 
 
 def test_a_calibrated_profile_guards_real_runs_and_drives_simulated_ones(tmp_path):

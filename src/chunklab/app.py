@@ -23,7 +23,6 @@ from chunklab.metrics.isolation import IsolatedLatency, with_slowdown
 from chunklab.metrics.records import RequestRecord, record
 from chunklab.metrics.summary import noise_guard, summarize
 from chunklab.model.sizes import kv_cache_bytes, num_parameters
-from chunklab.plots import latency_figure
 from chunklab.tracking.mlflow_tracker import Tracker, flatten
 from chunklab.workload import make_requests
 
@@ -79,8 +78,9 @@ def write_files(run_dir: Path, cfg: RunConfig, summary, cond, records, result: S
     paths[0].write_text(json.dumps(doc, indent=2, default=str))
     rows = [{k: getattr(r, k) for k in REQUEST_COLUMNS} for r in records]
     pd.DataFrame(rows, columns=REQUEST_COLUMNS).to_csv(paths[1], index=False)
-    steps = pd.DataFrame([dataclasses.asdict(s) for s in result.steps])
-    steps.to_csv(paths[2], index_label="step")
+    result.steps.to_frame().to_csv(paths[2], index_label="step")
+    from chunklab.plots import latency_figure  # matplotlib: loaded when a run has something to draw
+
     kind = "simulated" if cfg.engine.executor == "simulated" else "measured"
     latency_figure(records, f"{cfg.workload.name}, budget {cfg.scheduler.budget} ({kind})", paths[3])
     return paths

@@ -82,7 +82,7 @@ def step_overhead_s(model: ModelConfig, engine_cfg: EngineConfig, repeats: int) 
     """Durations of steps with one decode token at tiny context."""
     engine = make_engine(model, engine_cfg, budget=8)
     result = serve(engine, [Request(0, 0.0, (1, 2), repeats + 2)])
-    return [s.duration_s for s in result.steps[2:]]
+    return list(result.steps.columns["duration_s"][2:])
 
 
 def median_ms(xs: list[float]) -> float:
@@ -109,7 +109,7 @@ def overhead_by_finished(model: ModelConfig, engine_cfg: EngineConfig, num_reque
     tiny requests served one after another: flat if nothing grows with history."""
     engine = make_engine(model, engine_cfg, budget=8)
     reqs = [Request(i, float(i), (1, 2), 2) for i in range(num_requests)]
-    steps = serve(engine, reqs).steps
+    steps = list(serve(engine, reqs).steps)
     tenth = len(steps) // 10
     return statistics.median(s.duration_s for s in steps[:tenth]), statistics.median(s.duration_s for s in steps[-tenth:])
 
@@ -133,7 +133,7 @@ def hf_generate_tokens_per_s(model: ModelConfig, prompts, new_tokens: int) -> fl
     from chunklab.model.hf_export import to_llama
 
     llama = to_llama(TinyGPT.from_seed(model, model.seed))
-    ids = torch.tensor(prompts)
+    ids = torch.tensor([list(p) for p in prompts])
     kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
                   attention_mask=torch.ones_like(ids), pad_token_id=0)
     with torch.inference_mode():

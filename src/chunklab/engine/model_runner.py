@@ -53,11 +53,11 @@ class ModelRunner:
         return sampled
 
     def _forward(self, decodes: list[Sequence], chunks: list[ScheduledChunk]) -> dict[int, int]:
-        token_ids: list[int] = [s.token_ids[-1] for s in decodes]
+        token_ids: list[int] = [s.last_token_id for s in decodes]
         starts = [s.num_computed_tokens for s in decodes]
         for c in chunks:
             start = c.seq.num_computed_tokens
-            token_ids.extend(c.seq.token_ids[start:start + c.num_tokens])
+            token_ids.extend(c.seq.token_slice(start, start + c.num_tokens))
         input_ids = torch.tensor(token_ids, device=self.device)
         meta, positions = self._metadata(decodes, starts, chunks)
         hidden = self.model(input_ids, positions, meta, self.kv_cache)  # [T, d_model]
@@ -116,6 +116,6 @@ class ModelRunner:
         tokens = []
         for p, seq in zip(probs, owners):
             # Seeded by (seed, request, token index): the same tokens whatever the batching.
-            gen = torch.Generator().manual_seed(hash((self.sampling_seed, seq.seq_id, len(seq.token_ids))) & 0xFFFFFFFF)
+            gen = torch.Generator().manual_seed(hash((self.sampling_seed, seq.seq_id, seq.num_tokens)) & 0xFFFFFFFF)
             tokens.append(int(torch.multinomial(p, 1, generator=gen)))
         return tokens

@@ -1,6 +1,8 @@
 """A request (immutable input) and its sequence (mutable serving state)."""
 from __future__ import annotations
 
+from array import array
+from collections.abc import Sequence as IdSequence
 from dataclasses import dataclass, field
 from enum import Enum, auto
 
@@ -9,7 +11,7 @@ from enum import Enum, auto
 class Request:
     request_id: int
     arrival_s: float  # when the request arrived, on the run's clock (trace time)
-    prompt_token_ids: tuple[int, ...]
+    prompt_token_ids: IdSequence[int]  # bytes for byte-vocab prompts: 1 byte a token, not 8
     max_output_tokens: int  # generation stops here (EOS is ignored, benchmark mode)
     label: str = ""  # workload class, e.g. "long" / "short", for per-class metrics
 
@@ -26,22 +28,22 @@ class Phase(Enum):
 class Sequence:
     request: Request
     phase: Phase = Phase.WAITING
-    token_ids: list[int] = field(default_factory=list)  # prompt + generated
+    # The prompt stays in the request (never copied: a 20,000-request trace holds ~10M
+    # prompt tokens); the sequence's tokens are the prompt, then these.
+    output_token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0  # tokens whose K/V are in the cache
     # Tokens that must be cached before the next sample. Set on (re)admission and
-    # never derived from len(token_ids), which grows with every generated token.
+    # never derived from num_tokens, which grows with every generated token.
     prefill_target: int = 0
     block_table: list[int] = field(default_factory=list)
     num_preemptions: int = 0
     first_scheduled_s: float | None = None
-    token_times_s: list[float] = field(default_factory=list)
+    token_times_s: array = field(default_factory=lambda: array("d"))  # when each output token was sampled
     finish_s: float | None = None
     reject_reason: str = ""
 
     def __post_init__(self):
-        if not self.token_ids:
-            self.token_ids = list(self.request.prompt_token_ids)
-        self.prefill_target = len(self.token_ids)
+        self.prefill_target = self.num_tokens
 
     @property
     def seq_id(self) -> int:
@@ -53,11 +55,22 @@ class Sequence:
 
     @property
     def num_output_tokens(self) -> int:
-        return len(self.token_ids) - self.num_prompt_tokens
+        return len(self.output_token_ids)
 
     @property
-    def output_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens:]
+    def num_tokens(self) -> int:
+        return self.num_prompt_tokens + len(self.output_token_ids)
+
+    @property
+    def last_token_id(self) -> int:
+        return self.output_token_ids[-1] if self.output_token_ids else self.request.prompt_token_ids[-1]
+
+    def token_slice(self, start: int, end: int) -> IdSequence[int]:
+        """Token ids [start, end) of prompt + output."""
+        prompt = self.request.prompt_token_ids
+        if end <= len(prompt):
+            return prompt[start:end]
+        return list(prompt[start:]) + self.output_token_ids[max(0, start - len(prompt)):end - len(prompt)]
 
     @property
     def num_prefill_remaining(self) -> int:
@@ -73,7 +86,7 @@ class Sequence:
 
     def append_token(self, token_id: int, time_s: float) -> None:
         """Record a sampled token; leaves prefill, and finishes at the output length."""
-        self.token_ids.append(token_id)
+        self.output_token_ids.append(token_id)
         self.token_times_s.append(time_s)
         if self.num_output_tokens >= self.request.max_output_tokens:
             self.phase = Phase.FINISHED
@@ -85,7 +98,7 @@ class Sequence:
         """Recompute preemption: the cache is dropped, generated tokens are kept."""
         self.phase = Phase.WAITING
         self.num_computed_tokens = 0
-        self.prefill_target = len(self.token_ids)
+        self.prefill_target = self.num_tokens
         self.block_table = []
         self.num_preemptions += 1
 

@@ -5,15 +5,16 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from chunklab.engine.engine import LLMEngine, StepRecord
+from chunklab.engine.engine import LLMEngine
 from chunklab.engine.sequence import Request, Sequence
+from chunklab.engine.step_log import StepLog
 
 
 @dataclass
 class ServeResult:
     # one per request, in request order: finished, rejected, or (when stopped early) unfinished
     sequences: list[Sequence]
-    steps: list[StepRecord] = field(default_factory=list)
+    steps: StepLog = field(default_factory=StepLog)
     makespan_s: float = 0.0
     stopped: bool = False  # should_stop ended the run before every request was done
 
@@ -28,7 +29,7 @@ def serve(engine: LLMEngine, requests: list[Request], on_done: Callable[[int], N
     """
     pending = deque(sorted(requests, key=lambda r: r.arrival_s))
     sequences: dict[int, Sequence] = {}
-    steps: list[StepRecord] = []
+    steps = StepLog()
     clock = engine.clock
     clock.start()
     stopped = False

@@ -6,6 +6,7 @@ a replayed trace, or records loaded back from requests.csv.
 from __future__ import annotations
 
 import hashlib
+from array import array
 from dataclasses import dataclass, field
 
 from chunklab.engine.sequence import Phase, Sequence
@@ -30,7 +31,7 @@ class RequestRecord:
     preemptions: int = 0
     output_digest: str = ""  # hash of the generated ids: equal digests = equal outputs
     reason: str = ""  # why a request did not finish: its rejection, or where the stop found it
-    gaps_s: tuple[float, ...] = field(default=(), repr=False)  # every inter-token gap
+    gaps_s: array = field(default_factory=lambda: array("d"), repr=False)  # every inter-token gap
 
 
 def output_digest(token_ids: list[int]) -> str:
@@ -57,7 +58,7 @@ def record(seq: Sequence) -> RequestRecord:
                  if seq.phase is not Phase.WAITING or seq.num_output_tokens else "waiting")
         return RequestRecord(status="unfinished", reason=f"run stopped while {where}", **base)
     times = seq.token_times_s
-    gaps = tuple(b - a for a, b in zip(times, times[1:]))
+    gaps = array("d", (b - a for a, b in zip(times, times[1:])))
     return RequestRecord(
         status="finished", **base,
         ttft_s=times[0] - req.arrival_s,

@@ -100,7 +100,7 @@ class Tracker:
         mlflow.log_metrics({k: float(v) for k, v in summary.items()})
         now_ms = int(time.time() * 1000)
         stride = max(1, -(-len(steps) // MAX_STEP_POINTS))
-        series = [Metric(f"step.{name}", float(getattr(steps[i], name)), now_ms, i)
+        series = [Metric(f"step.{name}", float(steps.columns[name][i]), now_ms, i)
                   for i in range(0, len(steps), stride) for name in STEP_SERIES]
         client = mlflow.tracking.MlflowClient()
         for start in range(0, len(series), MAX_BATCH):

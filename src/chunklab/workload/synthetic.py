@@ -24,12 +24,14 @@ def arrival_times(cfg: WorkloadConfig, rng: random.Random) -> list[float]:
     return times
 
 
-def prompt_ids(seed: int, index: int, num_tokens: int, vocab_size: int) -> tuple[int, ...]:
-    # Seeded per request (string seeds hash stably): no two prompts share a prefix
-    # by accident, and request i is the same whatever num_requests is.
+def prompt_ids(seed: int, index: int, num_tokens: int, vocab_size: int) -> bytes:
+    """Byte ids (a byte vocabulary: one byte a token in memory). Seeded per request (string
+    seeds hash stably): no two prompts share a prefix by accident, and request i is the
+    same whatever num_requests is."""
     rng = random.Random(f"prompt-{seed}-{index}")
-    high = min(vocab_size, BYTE_VOCAB)
-    return tuple(rng.randrange(high) for _ in range(num_tokens))
+    if vocab_size >= BYTE_VOCAB:
+        return rng.randbytes(num_tokens)
+    return bytes(rng.randrange(vocab_size) for _ in range(num_tokens))
 
 
 def synthetic_requests(cfg: WorkloadConfig, vocab_size: int) -> list[Request]:
