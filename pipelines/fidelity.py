@@ -1,5 +1,6 @@
-"""Stage fidelity: the same workloads on the real engine (repeats of one seed) and in
-simulation, metric by metric, against the goals in chunklab.report.fidelity.
+"""Stage fidelity: the measured runs of the token_budget stage (repeats of one seed at each
+budget and intensity) against the simulated engine on the same workloads, metric by metric,
+with the goals of chunklab.report.fidelity.
 
 Writes outputs/fidelity/ (fidelity.csv, runs.csv, step_error.csv, fidelity.png) and
 outputs/tables/fidelity.md.
@@ -7,66 +8,60 @@ outputs/tables/fidelity.md.
 from __future__ import annotations
 
 import json
-import tempfile
-from pathlib import Path
 
 import pandas as pd
 
-from chunklab.app import run_experiment
 from chunklab.experiments.compose import compose_run_config
-from chunklab.metrics.conditions import conditions_line
+from chunklab.experiments.simulate import simulate_many
+from chunklab.metrics.conditions import sim_conditions_line
 from chunklab.report import figures
 from chunklab.report.fidelity import GOALS, fidelity_table, step_error_table
 from common import OUTPUTS, params
 
-STEP_COLUMNS = ["duration_s", "predicted_s", "num_decode_tokens", "num_prefill_tokens", "num_prefill_chunks"]
 METRICS = list(GOALS) + ["slo_attainment", "output_tokens_per_s", "noisy_steps_share", "worst_step_excess"]
-
-
-def one_run(p: dict, executor: str, budget: int, rate: float, run_dir: Path):
-    cfg = compose_run_config(["experiment=ch10", "tracking=none", "tracking.progress=false",
-                              f"engine.executor={executor}", f"workload.num_requests={p['num_requests']}",
-                              f"workload.seed={p['seed']}", f"scheduler.budget={budget}",
-                              f"workload.rate_per_s={rate}", "slowdown=false", *p["overrides"]])
-    return run_experiment(cfg, run_dir)
 
 
 def main() -> None:
     p = params("fidelity")
+    tb = params("token_budget")
     out = OUTPUTS / "fidelity"
     out.mkdir(parents=True, exist_ok=True)
-    rows, steps, lines = [], [], {}
-    points = [(b, r) for r in p["rates"] for b in p["budgets"]]
-    with tempfile.TemporaryDirectory() as tmp:
-        # Repeats outermost: a slow spell of this shared machine hits every point alike.
-        for repeat in range(p["repeats"]):
-            for budget, rate in points:
-                res = one_run(p, "torch", budget, rate, Path(tmp) / f"real-{repeat}-{budget}-{rate}")
-                rows.append({"executor": "torch", "repeat": repeat, "budget": budget, "rate_per_s": rate}
-                            | {m: res.summary.get(m) for m in METRICS})
-                steps.append(res.result.steps.to_frame()[STEP_COLUMNS])
-                lines.setdefault("measured", conditions_line(res.conditions))
-                print(f"[fidelity] real #{repeat} budget {budget} rate {rate}: TTFT p50 "
-                      f"{res.summary['ttft_p50_s']:.3f}s goodput {res.summary['goodput_req_per_s']:.2f}", flush=True)
-        for budget, rate in points:
-            res = one_run(p, "simulated", budget, rate, Path(tmp) / f"sim-{budget}-{rate}")
-            rows.append({"executor": "simulated", "repeat": 0, "budget": budget, "rate_per_s": rate}
-                        | {m: res.summary.get(m) for m in METRICS})
-            lines.setdefault("simulated", conditions_line(res.conditions))
-    runs = pd.DataFrame(rows)
+    measured = pd.read_csv(OUTPUTS / "token_budget" / "runs.csv")
+    real = measured[(measured["size"] == "large") & (measured["seed"] == tb["seed"])].copy()
+    real["executor"] = "torch"
+    points = real.groupby(["intensity", "budget"])["rate_per_s"].first().reset_index()
+    base = ["experiment=ch10", "tracking=none", f"workload.num_requests={tb['large_requests']}",
+            f"workload.seed={tb['seed']}", "slowdown=false", *tb["overrides"]]
+    cfgs = [compose_run_config(base + [f"scheduler.budget={r.budget}", intensity_override(r.intensity)])
+            for r in points.itertuples()]
+    sims = simulate_many(cfgs, p["processes"])
+    sim = points.assign(executor="simulated", **{m: [s.get(m) for s in sims] for m in METRICS})
+    sim["rate_per_s"] = [c.workload.rate_per_s for c in cfgs]
+    runs = pd.concat([real[["executor", "intensity", "budget", "rate_per_s", "repeat"] + METRICS], sim])
     table = fidelity_table(runs)
-    step_err = step_error_table(pd.concat(steps, ignore_index=True))
+    steps = pd.read_csv(OUTPUTS / "token_budget" / "steps_large.csv")
+    step_err = step_error_table(steps)
     runs.to_csv(out / "runs.csv", index=False, float_format="%.6g")
     table.to_csv(out / "fidelity.csv", index=False, float_format="%.6g")
     step_err.to_csv(out / "step_error.csv", index=False, float_format="%.4g")
+    cond = json.loads((OUTPUTS / "token_budget" / "conditions.json").read_text())
+    lines = {"measured": cond["large"], "simulated": sim_conditions_line(cfgs[0])}
     (out / "conditions.json").write_text(json.dumps(lines, indent=2) + "\n")
     figures.fidelity(table, out / "fidelity.png")
     (OUTPUTS / "tables").mkdir(exist_ok=True)
-    (OUTPUTS / "tables" / "fidelity.md").write_text(markdown(p, runs, table, step_err, lines))
-    print(markdown(p, runs, table, step_err, lines))
+    md = markdown(tb, runs, table, step_err, lines)
+    (OUTPUTS / "tables" / "fidelity.md").write_text(md)
+    print(md)
 
 
-def markdown(p, runs, table, step_err, lines) -> str:
+def intensity_override(intensity: str) -> str:
+    """The override a token_budget intensity label came from: the same load resolves to the same rate."""
+    if intensity.startswith("load "):
+        return f"workload.load={intensity.split()[1]}"
+    return f"workload.rate_per_s={intensity.split()[0]}"
+
+
+def markdown(tb, runs, table, step_err, lines) -> str:
     met = table["met"].mean()
     worst = table.sort_values("rel_error", ascending=False).head(8)
     real = runs[runs["executor"] == "torch"]
@@ -78,13 +73,14 @@ def markdown(p, runs, table, step_err, lines) -> str:
     summary["goal"] = pd.Series(GOALS)
     return "\n".join([
         "### Fidelity: simulated against measured", "",
-        f"The ch10 mix, {p['num_requests']} requests, seed {p['seed']}, budgets {p['budgets']} x Poisson rates "
-        f"{p['rates']} req/s: each point measured {p['repeats']} times on the real engine (same seed) and simulated "
-        f"once. rel_error = |simulated - real median| / real median. {100 * met:.0f}% of "
-        f"{len(table)} (metric, budget, rate) rows meet their goal.", "",
+        f"The ch10 mix, {tb['large_requests']} requests, seed {tb['seed']}, budgets {tb['budgets']} at "
+        f"{tb['rate_per_s']:g} req/s and at loads {tb['loads']} of the simulated capacity: each point measured "
+        f"{tb['repeats']} times on the real engine (same seed; the token_budget stage) and simulated once. "
+        f"rel_error = |simulated - measured median| / measured median. {100 * met:.0f}% of {len(table)} "
+        f"(metric, budget, rate) rows meet their goal.", "",
         summary.to_markdown(floatfmt=".3f"), "",
         "Worst rows:", "", worst.to_markdown(index=False, floatfmt=".4g"), "",
-        "Measured / predicted step time by step kind (every measured step of these runs): where the cost model "
+        "Measured / predicted step time by step kind (every step of the measured runs): where the cost model "
         "is off.", "", step_err.to_markdown(index=False, floatfmt=".3f"), "",
         f"Measured: {lines['measured']}; {noise}.", "",
         f"Simulated: {lines['simulated']}.", "",

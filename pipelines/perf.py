@@ -22,21 +22,25 @@ from chunklab.metrics.conditions import conditions, conditions_line
 from common import OUTPUTS, ROOT, params, write_json
 
 def peak_rss_mb(overrides: list[str]) -> float:
-    """Peak resident memory (VmHWM) of one `run.py` run in a fresh process, MLflow off.
+    return run_process(overrides)[0]
+
+
+def run_process(overrides: list[str]) -> tuple[float, float]:
+    """Peak resident memory (VmHWM, MiB) and wall seconds of one `run.py` run in a fresh process, MLflow off.
 
     Polled from /proc while it runs; ru_maxrss would also count the pages of this
     large parent that the child inherits between fork and exec."""
     with tempfile.TemporaryDirectory() as tmp, open(Path(tmp) / "stderr", "w+") as err:
         proc = subprocess.Popen([sys.executable, "run.py", *overrides, "tracking=none", "tracking.progress=false",
                                  f"hydra.run.dir={tmp}"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
-        peak_kb = 0
+        peak_kb, t0 = 0, time.perf_counter()
         while proc.poll() is None:
             peak_kb = max(peak_kb, _hwm_kb(proc.pid))
             time.sleep(0.02)
         if proc.returncode != 0:
             err.seek(0)
             raise RuntimeError(f"run.py {' '.join(overrides)} failed: {err.read()[-500:]}")
-    return peak_kb / 1024
+    return peak_kb / 1024, time.perf_counter() - t0
 
 
 def _hwm_kb(pid: int) -> int:
@@ -102,6 +106,31 @@ def limits(p, cfg) -> list[dict]:
     ]
 
 
+def simulator(p) -> list[dict]:
+    """The simulated engine against the real one on the same run, and on a whole real trace."""
+    base = ["tracking=none", "tracking.progress=false", f"workload.num_requests={p['sim_requests']}",
+            *p.get("overrides", [])]
+    walls = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for executor in ("torch", "simulated"):
+            cfg = compose_run_config(base + [f"engine.executor={executor}"])
+            t0 = time.perf_counter()
+            run_experiment(cfg, Path(tmp) / executor)
+            walls[executor] = time.perf_counter() - t0
+    n = p["sim_trace_rows"]
+    rss, wall = run_process(["engine=simulated", "workload=azure_conv",
+                             f"workload.num_requests={'null' if n is None else n}", *p["trace_overrides"]])
+    rows = "every row" if n is None else f"{n} rows"
+    return [
+        row("simulated_speedup", walls["torch"] / walls["simulated"], "ratio", lambda v: v >= 100, ">= 100",
+            f"ch10 mix, {p['sim_requests']} requests, budget 512: real {walls['torch']:.1f} s vs simulated "
+            f"{walls['simulated']:.2f} s (whole run_experiment: build, serve, records, files)"),
+        row("simulated_trace_wall_s", wall, "s", lambda v: v <= 60, "<= 60",
+            f"run.py engine=simulated, Azure conversation trace, {rows} (fresh process, MLflow off)"),
+        row("simulated_trace_peak_rss_mb", rss, "MiB", lambda v: v <= 500, "<= 500", "same run"),
+    ]
+
+
 def end_to_end(p) -> pd.DataFrame:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -123,7 +152,7 @@ def end_to_end(p) -> pd.DataFrame:
 def main() -> None:
     p = params("perf")
     cfg = compose_run_config(p.get("overrides", []))
-    ratios = pd.DataFrame(limits(p, cfg))
+    ratios = pd.DataFrame(limits(p, cfg) + simulator(p))
     e2e = end_to_end(p)
     ratios.to_csv(OUTPUTS / "perf.csv", index=False)
     e2e.to_csv(OUTPUTS / "perf_end_to_end.csv", index=False, float_format="%.4f")

@@ -1,7 +1,12 @@
-"""Stage token_budget: the chapter's trace at each budget and seed, at two sizes.
+"""Stage token_budget (measured): the chapter's trace on the real engine.
 
-Every run goes through chunklab.app (the same path as run.py) and is logged to
-MLflow (experiment "dvc_token_budget"). Writes outputs/token_budget/.
+- small: the chapter's 24-request trace at each budget and seed (its layout, seed spread).
+- large: each budget at the chapter's fixed 8 req/s and at loads 0.5 and 0.9 of the simulated
+  capacity, `repeats` runs of one seed (the machine's noise), plus `seeds` at 8 req/s (the
+  workload's noise). The repeats of seed 3 are also the measured side of the fidelity stage.
+
+Every run goes through chunklab.app (the path run.py takes) and is logged to MLflow
+(experiment "dvc_token_budget"). Writes outputs/token_budget/.
 """
 from __future__ import annotations
 
@@ -11,25 +16,50 @@ from chunklab.experiments.sweep import grid, run_grid
 from common import OUTPUTS, RUNS, params, write_json
 
 
+def intensity(point: dict) -> str:
+    return f"load {point['workload.load']}" if "workload.load" in point else f"{point['workload.rate_per_s']:g} req/s"
+
+
+def large_points(p: dict) -> list[dict]:
+    """Repeats outermost, so a slow spell of this shared machine hits every cell alike."""
+    intensities = [{"workload.rate_per_s": p["rate_per_s"]}] + [{"workload.load": x} for x in p["loads"]]
+    points = []
+    for repeat in range(p["repeats"]):
+        for level in intensities:
+            points += [level | {"scheduler.budget": b, "workload.seed": p["seed"], "repeat": repeat}
+                       for b in p["budgets"]]
+    for seed in p["extra_seeds"]:
+        points += [{"workload.rate_per_s": p["rate_per_s"], "scheduler.budget": b, "workload.seed": seed, "repeat": 0}
+                   for b in p["budgets"]]
+    return points
+
+
 def main() -> None:
     p = params("token_budget")
     out = OUTPUTS / "token_budget"
     out.mkdir(parents=True, exist_ok=True)
-    results = []
-    for size in ("small", "large"):
-        base = ["experiment=ch10", "tracking.progress=false", "tracking.experiment_name=dvc_token_budget",
-                f"workload.num_requests={p[size + '_requests']}", *p["overrides"]]
-        points = grid({"scheduler.budget": p["budgets"], "workload.seed": p["seeds"]})
-        res = run_grid(f"budget-{size}", base, points, RUNS,
-                       keep_tokens=lambda pt, s=size: s == "small" and pt["workload.seed"] == p["seeds"][0])
-        for frame in (res.runs, res.requests):
-            frame.insert(0, "size", size)
-        results.append(res)
-    pd.concat([r.runs for r in results]).to_csv(out / "runs.csv", index=False, float_format="%.6g")
-    pd.concat([r.requests for r in results]).to_csv(out / "requests.csv", index=False, float_format="%.6g")
-    results[0].tokens.to_csv(out / "tokens.csv", index=False, float_format="%.6g")
-    write_json(out / "conditions.json", {"small": results[0].conditions[0], "large": results[1].conditions[0],
-                                         "lines": [c for r in results for c in r.conditions]})
+    base = ["experiment=ch10", "tracking.progress=false", "tracking.experiment_name=dvc_token_budget",
+            *p["overrides"]]
+    small = run_grid("budget-small", base + [f"workload.num_requests={p['small_requests']}"],
+                     grid({"scheduler.budget": p["budgets"], "workload.seed": p["seeds"]}), RUNS,
+                     keep_tokens=lambda pt: pt["workload.seed"] == p["seeds"][0])
+    points = large_points(p)
+    large = run_grid("budget-large", base + [f"workload.num_requests={p['large_requests']}", "slowdown=false"],
+                     [{k: v for k, v in pt.items() if k != "repeat"} for pt in points], RUNS, keep_steps=True)
+    large.runs.insert(0, "repeat", [pt["repeat"] for pt in points])
+    large.runs.insert(0, "intensity", [intensity(pt) for pt in points])
+    large.requests.insert(0, "intensity", large.requests["run"].map(lambda i: intensity(points[i])))
+    for frame in (small.runs, small.requests):
+        frame.insert(0, "intensity", f"{p['rate_per_s']:g} req/s")
+    for res, size in ((small, "small"), (large, "large")):
+        res.runs.insert(0, "size", size)
+        res.requests.insert(0, "size", size)
+    pd.concat([small.runs, large.runs]).to_csv(out / "runs.csv", index=False, float_format="%.6g")
+    pd.concat([small.requests, large.requests]).to_csv(out / "requests.csv", index=False, float_format="%.6g")
+    small.tokens.to_csv(out / "tokens.csv", index=False, float_format="%.6g")
+    large.steps.to_csv(out / "steps_large.csv", index=False, float_format="%.5g")  # the noise guard's raw data
+    write_json(out / "conditions.json", {"small": small.conditions[0], "large": large.conditions[0],
+                                         "lines": small.conditions + large.conditions})
 
 
 if __name__ == "__main__":

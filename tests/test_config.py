@@ -76,3 +76,35 @@ def test_every_config_file_matches_the_schema():
         extra = ["workload.trace.path=" + str(PROJECT_ROOT / "pyproject.toml")] if "azure" in path.stem else []
         cfg = build_run_config(compose_cfg(override, *extra))
         assert cfg.model.num_layers >= 1, override
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["workload.load=0.5", "workload.rate_per_s=3"], "workload.load=0.5: give workload.load or workload.rate_per_s"),
+    (["workload.rate_per_s=null"], "workload.rate_per_s=None: needs a rate, or workload.load"),
+    (["workload=azure_conv", "workload.load=0.5", "workload.trace.path=pyproject.toml"],
+     "workload.load=0.5: is for synthetic workloads"),
+    (["workload.load=-1"], "workload.load=-1.0: must be > 0"),
+])
+def test_load_and_rate_are_either_or(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        build_run_config(compose_cfg(*overrides))
+    assert str(err.value).startswith(message)
+
+
+def test_load_resolves_to_a_fraction_of_the_simulated_capacity(tmp_path, monkeypatch):
+    from chunklab.experiments import load
+
+    monkeypatch.setattr(load, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(load, "CAPACITY_REQUESTS", 150)
+    cfg = build_run_config(compose_cfg("engine=simulated", "workload.load=0.5"))
+    capacity = load.workload_capacity(cfg)
+    assert cfg.workload.load == 0.5 and cfg.workload.rate_per_s == pytest.approx(0.5 * capacity)
+    [cached] = tmp_path.glob("*.json")  # computed once, then read back
+    assert build_run_config(compose_cfg("engine=simulated", "workload.load=0.9")).workload.rate_per_s == \
+        pytest.approx(0.9 * capacity)
+    assert list(tmp_path.glob("*.json")) == [cached]
+    from chunklab.experiments.sim_capacity import probe
+
+    ref = load.reference_config(cfg)
+    assert probe(ref, capacity, load.CAPACITY_SEEDS, 150, 1)["slo_attainment"] >= 0.9
+    assert probe(ref, capacity * 1.03, load.CAPACITY_SEEDS, 150, 1)["slo_attainment"] < 0.9

@@ -12,22 +12,22 @@ MICRO_MIX = ["model=micro", "workload.classes.0.min_tokens=200", "workload.class
              "workload.min_output_tokens=4", "workload.max_output_tokens=8"]
 TINY = {
     "calibrate": {"num_random_shapes": 12, "rounds": 1, "burst": 2, "overrides": ["model=micro"]},
-    "fidelity": {"budgets": [16, 8192], "rates": [20.0], "repeats": 2, "num_requests": 6, "overrides": MICRO_MIX},
     "prefill_split": {"prompt_tokens": 96, "chunk_tokens": [96, 32], "attention": ["sdpa", "naive"], "repeats": 1,
                       "overrides": ["model=micro"]},
-    "token_budget": {"budgets": [16, 8192], "seeds": [3, 4], "small_requests": 6, "large_requests": 8,
-                     "overrides": ["model=micro", "workload.classes.0.min_tokens=200", "workload.classes.0.max_tokens=200",
-                                   "workload.min_output_tokens=4", "workload.max_output_tokens=8"]},
+    "token_budget": {"budgets": [16, 8192], "seeds": [3, 4], "small_requests": 6, "large_requests": 8, "repeats": 2,
+                     "extra_seeds": [4], "rate_per_s": 20.0, "loads": [0.5], "overrides": MICRO_MIX},
     "perf": {"repeats": 1, "prompt_tokens": 96, "chunk_tokens": 32, "decode_context": 64, "overhead_requests": 20,
              "hf_prompt_tokens": 16, "hf_new_tokens": 4, "rss_requests": [3, 6], "budgets": [16, 8192],
-             "overrides": ["model=micro", "workload.classes.0.min_tokens=200",
-                           "workload.classes.0.max_tokens=200", "workload.min_output_tokens=4",
-                           "workload.max_output_tokens=8"]},
-    "capacity": {"budgets": [16, 8192], "seeds": [3], "num_requests": 6, "bracket": [4.0, 16.0], "rel_tol": 1.0,
-                 "overrides": ["model=micro", "workload.min_output_tokens=4", "workload.max_output_tokens=8"]},
-    "tuning": {"workloads": ["ch10_mixed"], "n_trials": 2, "num_requests": 6,
-               "overrides": ["model=micro", "workload.min_output_tokens=4", "workload.max_output_tokens=8"]},
+             "sim_requests": 6, "sim_trace_rows": 30, "overrides": MICRO_MIX},
+    "capacity": {"num_requests": 6, "overrides": MICRO_MIX},
+    "sim": {"seeds": [1, 2], "num_requests": 30, "overrides": MICRO_MIX},
+    "sim_tuning": {"workloads": ["ch10_mixed"], "n_trials": 2},
+    "sim_capacity": {"workloads": ["ch10_mixed"], "budgets": [16, 8192], "rel_tol": 0.5},
+    "sim_maps": {"workloads": ["ch10_mixed"], "budgets": [16, 8192], "loads": [0.5, 1.0]},
+    "sim_traces": {"budgets": [16], "compressed_budget": 16, "num_requests": 40, "overrides": ["model=micro"]},
 }
+TRACE_ROWS = ["TIMESTAMP,ContextTokens,GeneratedTokens"] + [
+    f"2023-11-16 18:15:{10 + i // 4:02d}.{(i % 4) * 25:02d}00000,{(37 * i) % 900 + 20},{(11 * i) % 12 + 2}" for i in range(60)]
 EXPECTED = [
     "outputs/profiles/cpu.json", "outputs/profiles/cpu_shapes.csv",
     "outputs/fidelity/fidelity.csv", "outputs/fidelity/fidelity.png", "outputs/tables/fidelity.md",
@@ -38,10 +38,15 @@ EXPECTED = [
     *[f"outputs/plots/{p}.png" for p in ("ttft_ecdf", "itl_distribution", "timeline", "prefill_split",
                                          "metrics_vs_budget", "ttft_by_class")],
     "outputs/REPORT.md", "outputs/perf.csv", "outputs/perf_end_to_end.csv", "outputs/tables/perf.md",
-    "outputs/capacity/capacity.csv", "outputs/capacity/rate_sweep.csv", "outputs/capacity/goodput_vs_rate.png",
-    "outputs/capacity/latency_vs_rate.png", "outputs/tables/capacity.md",
-    "outputs/tuning/best_ch10_mixed.yaml", "outputs/tuning/trials.csv", "outputs/tables/tuning.md",
+    "outputs/capacity/measured_check.csv", "outputs/tables/capacity.md", "outputs/tables/token_budget_seeds.md",
+    "outputs/simulated/tuning/best_ch10_mixed.yaml", "outputs/simulated/tuning/trials.csv",
+    "outputs/simulated/capacity/capacity.csv", "outputs/simulated/capacity/probes.csv",
+    "outputs/simulated/maps/cells.csv", "outputs/simulated/maps/best_budget.png",
+    "outputs/simulated/maps/ch10_mixed_heatmaps.png", "outputs/simulated/traces/classes.csv",
+    "outputs/simulated/traces/queue.png",
+    *[f"outputs/simulated/tables/{t}.md" for t in ("tuning", "capacity", "maps", "traces")],
 ]
+SIM_OUTPUTS = "outputs/simulated"
 
 
 def clone_working_tree(dst: Path) -> None:
@@ -59,11 +64,16 @@ def test_dvc_repro_smoke(tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
     clone_working_tree(repo)
+    trace = tmp_path / "trace.csv"
+    trace.write_text("\n".join(TRACE_ROWS) + "\n")
     params = yaml.safe_load((repo / "params.yaml").read_text())
     for stage, values in TINY.items():
         params[stage].update(values)
+    params["sim_traces"]["overrides"].append(f"workload.trace.path={trace}")
+    params["perf"]["trace_overrides"] = ["model=micro", f"workload.trace.path={trace}"]
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
-    env = dict(os.environ, PYTHONPATH=str(repo / "src"), MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db")
+    env = dict(os.environ, PYTHONPATH=str(repo / "src"), MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db",
+               CHUNKLAB_CAPACITY_REQUESTS="100")
     git = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True)  # noqa: E731
     git("init", "-q")
     git("add", "-A")
@@ -77,3 +87,12 @@ def test_dvc_repro_smoke(tmp_path):
     second = subprocess.run([dvc, "repro"], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0
     assert "up to date" in second.stdout and "Running stage" not in second.stdout
+    # Simulated outputs reproduce byte for byte, from a cold capacity cache too.
+    before = {p: p.read_bytes() for p in (repo / SIM_OUTPUTS).rglob("*") if p.is_file()}
+    shutil.rmtree(repo / ".cache", ignore_errors=True)
+    sims = ["sim_tuning", "sim_capacity", "sim_maps", "sim_traces"]
+    again = subprocess.run([dvc, "repro", "-f", "-s", *sims], cwd=repo, env=env, capture_output=True, text=True,
+                           timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    after = {p: p.read_bytes() for p in (repo / SIM_OUTPUTS).rglob("*") if p.is_file()}
+    assert after.keys() == before.keys() and [p for p in after if after[p] != before[p]] == []

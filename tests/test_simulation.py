@@ -94,7 +94,7 @@ def test_simulated_runs_are_byte_identical(tmp_path):
 
 def test_simulated_step_time_is_the_profiles_prediction(tmp_path):
     out = run_experiment(sim_config("workload.num_requests=30"), tmp_path)
-    steps = out.result.steps
+    steps = list(out.result.steps)
     assert all(s.duration_s == pytest.approx(s.predicted_s, rel=1e-9) for s in steps)
     # the clock only moves by predictions and idle jumps: steps never overlap
     assert all(b.start_s >= a.start_s + a.duration_s - 1e-12 for a, b in zip(steps, steps[1:]))

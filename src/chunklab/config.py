@@ -94,7 +94,8 @@ class WorkloadConfig:
     num_requests: int | None = 24  # null: every row of a trace (synthetic workloads need a number)
     seed: int = 3
     arrival: str = "poisson"  # poisson | gamma | all_at_once
-    rate_per_s: float = 8.0
+    rate_per_s: float | None = 8.0  # Poisson/gamma rate; null when workload.load sets it
+    load: float | None = None  # instead of rate_per_s: a fraction of the simulated capacity (experiments/load.py)
     burstiness: float = 1.0  # gamma shape; 1 = Poisson, < 1 burstier
     classes: tuple[LengthClass, ...] = ()
     min_output_tokens: int = 32
@@ -179,7 +180,15 @@ def _validate_workload(w: WorkloadConfig, m: ModelConfig) -> None:
            "null (every row) is only for traces; a synthetic workload needs a number")
     _check(w.num_requests is None or w.num_requests >= 1, "workload.num_requests", w.num_requests, "must be >= 1")
     _one_of("workload.arrival", w.arrival, ("poisson", "gamma", "all_at_once"))
-    _check(w.rate_per_s > 0, "workload.rate_per_s", w.rate_per_s, "must be > 0")
+    if w.kind == "synthetic" and w.arrival != "all_at_once":
+        _check(w.rate_per_s is None or w.load is None, "workload.load", w.load,
+               f"give workload.load or workload.rate_per_s ({w.rate_per_s}), not both")
+        _check(w.rate_per_s is not None or w.load is not None, "workload.rate_per_s", w.rate_per_s,
+               "needs a rate, or workload.load (a fraction of capacity)")
+    _check(w.load is None or w.kind == "synthetic", "workload.load", w.load,
+           "is for synthetic workloads; a trace's rate comes from its timestamps (scale it with workload.trace.time_scale)")
+    _check(w.rate_per_s is None or w.rate_per_s > 0, "workload.rate_per_s", w.rate_per_s, "must be > 0")
+    _check(w.load is None or 0 < w.load <= 10, "workload.load", w.load, "must be > 0 and <= 10 (x capacity)")
     _check(w.burstiness > 0, "workload.burstiness", w.burstiness, "must be > 0")
     _check(1 <= w.min_output_tokens <= w.max_output_tokens, "workload.min_output_tokens", w.min_output_tokens,
            f"must be >= 1 and <= workload.max_output_tokens ({w.max_output_tokens})")

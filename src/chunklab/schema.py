@@ -33,6 +33,9 @@ def _writable(node):
 
 def register() -> None:
     ConfigStore.instance().store(name=SCHEMA_NAME, node=_writable(OmegaConf.structured(RunConfig)))
+    # `rate_per_s: ${unless_load:8.0,${.load}}` in a workload file: the default rate, or null once
+    # workload.load is set, so `workload.load=0.8` alone works and setting both is an error.
+    OmegaConf.register_new_resolver("unless_load", lambda rate, load: rate if load is None else None, replace=True)
 
 
 def to_run_config(cfg: DictConfig) -> RunConfig:
@@ -45,7 +48,9 @@ def to_run_config(cfg: DictConfig) -> RunConfig:
     except OmegaConfBaseException as err:
         raise ConfigError(error_line(err)) from None
     validate(run_cfg)
-    return run_cfg
+    from chunklab.experiments.load import resolve_load  # simulates (once per workload and profile)
+
+    return resolve_load(run_cfg)
 
 
 def _unknown_keys(node: DictConfig, prefix: str = "") -> list[str]:

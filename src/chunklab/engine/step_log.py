@@ -15,6 +15,7 @@ FLOAT_FIELDS = ("start_s", "duration_s", "predicted_s")
 class StepLog:
     def __init__(self):
         self.columns = {name: array("d" if name in FLOAT_FIELDS else "q") for name in FIELDS}
+        self._appenders = [(name, column.append) for name, column in self.columns.items()]
 
     @classmethod
     def of(cls, steps) -> "StepLog":
@@ -24,9 +25,9 @@ class StepLog:
         return log
 
     def append(self, step: StepRecord) -> None:
-        for name, column in self.columns.items():
+        for name, column in self._appenders:
             value = getattr(step, name)
-            column.append(math.nan if value is None else value)
+            column(math.nan if value is None else value)
 
     def __len__(self) -> int:
         return len(self.columns["start_s"])

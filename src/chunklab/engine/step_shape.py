@@ -64,16 +64,16 @@ class StepShape:
 
 def _pass_features(ctx_lens: tuple[int, ...], segs: tuple[Segment, ...]) -> tuple[float, ...]:
     num_decode = len(ctx_lens)
-    fresh = [s for s in segs if s.num_cached == 0]
-    cached = [s for s in segs if s.num_cached > 0]
-    return (
-        1.0,
-        float(num_decode + sum(s.num_tokens for s in segs)),
-        float(num_decode + sum(s.samples for s in segs)),
-        float(num_decode),
-        float(num_decode * max(ctx_lens, default=0)),
-        float(len(segs)),
-        sum(s.num_tokens * (s.num_tokens + 1) / 2 for s in fresh),
-        float(sum(s.num_tokens * (s.num_cached + s.num_tokens) for s in cached)),
-        float(sum(s.num_cached + s.num_tokens for s in cached)),
-    )
+    tokens = sampled = causal = cached_pairs = cached_ctx = 0
+    for s in segs:  # one pass: the simulator evaluates this every step
+        tokens += s.num_tokens
+        sampled += s.samples
+        if s.num_cached:
+            context = s.num_cached + s.num_tokens
+            cached_pairs += s.num_tokens * context
+            cached_ctx += context
+        else:
+            causal += s.num_tokens * (s.num_tokens + 1) / 2
+    return (1.0, float(num_decode + tokens), float(num_decode + sampled), float(num_decode),
+            float(num_decode * max(ctx_lens, default=0)), float(len(segs)), float(causal), float(cached_pairs),
+            float(cached_ctx))

@@ -17,7 +17,11 @@ class SweepResult:
     runs: pd.DataFrame  # one row per run: the grid keys, then every summary metric
     requests: pd.DataFrame  # one row per request per run
     tokens: pd.DataFrame  # every token's emission time, for runs asked to keep them
+    steps: pd.DataFrame  # every step (duration, prediction, shape) of every run, when asked
     conditions: list[str] = field(default_factory=list)
+
+
+STEP_COLUMNS = ["duration_s", "predicted_s", "num_decode_tokens", "num_prefill_tokens", "num_prefill_chunks"]
 
 
 def grid(axes: dict[str, list]) -> list[dict]:
@@ -26,24 +30,28 @@ def grid(axes: dict[str, list]) -> list[dict]:
 
 
 def run_grid(name: str, base: list[str], points: list[dict], run_root: Path,
-             keep_tokens=lambda point: False) -> SweepResult:
-    rows, requests, tokens, conds = [], [], [], []
+             keep_tokens=lambda point: False, keep_steps: bool = False) -> SweepResult:
+    rows, requests, tokens, conds, steps = [], [], [], [], []
     for i, point in enumerate(points):
         overrides = base + [f"{k}={v}" for k, v in point.items()]
         cfg = compose_run_config(overrides)
-        out = run_tracked(cfg, run_root / f"{name}-{i}", {"sweep": name, "overrides": " ".join(overrides)})
         key = {k.split(".")[-1]: v for k, v in point.items()}
-        rows.append(key | out.summary)
-        requests.append(pd.DataFrame([key | _request_row(r) for r in out.records]))
+        out = run_tracked(cfg, run_root / f"{name}-{i}", {"sweep": name, "overrides": " ".join(overrides)},
+                          " ".join(f"{k}={v}" for k, v in key.items()))
+        rows.append(key | {"rate_per_s": cfg.workload.rate_per_s} | out.summary)
+        requests.append(pd.DataFrame([{"run": i} | key | _request_row(r) for r in out.records]))
         if keep_tokens(point):
             tokens.append(pd.DataFrame([key | {"request_id": s.seq_id, "label": s.request.label,
                                                "arrival_s": s.request.arrival_s, "token_index": j, "time_s": t}
                                         for s in out.result.sequences for j, t in enumerate(s.token_times_s)]))
+        if keep_steps:
+            steps.append(out.result.steps.to_frame()[STEP_COLUMNS].assign(run=i))
         conds.append(conditions_line(out.conditions))
         print(f"[{name}] {i + 1}/{len(points)} {point}: TTFT p50 {out.summary.get('ttft_p50_s', float('nan')):.3f}s, "
               f"{out.summary['output_tokens_per_s']:.1f} tok/s", flush=True)
     return SweepResult(pd.DataFrame(rows), pd.concat(requests, ignore_index=True),
-                       pd.concat(tokens, ignore_index=True) if tokens else pd.DataFrame(), conds)
+                       pd.concat(tokens, ignore_index=True) if tokens else pd.DataFrame(),
+                       pd.concat(steps, ignore_index=True) if steps else pd.DataFrame(), conds)
 
 
 def _request_row(r) -> dict:

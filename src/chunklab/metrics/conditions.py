@@ -47,7 +47,9 @@ def describe_workload(cfg: RunConfig) -> str:
     for c in w.classes:
         length = f"{c.min_tokens}" if c.min_tokens == c.max_tokens else f"{c.min_tokens}-{c.max_tokens}"
         parts.append(f"{100 * c.weight / total:.0f}% {length} tokens ({c.label})")
-    arrival = "all at once" if w.arrival == "all_at_once" else f"{w.arrival} {w.rate_per_s:g}/s"
+    arrival = "all at once" if w.arrival == "all_at_once" else f"{w.arrival} {w.rate_per_s:.4g}/s"
+    if w.load is not None:
+        arrival += f" (load {w.load:g} x simulated capacity {w.rate_per_s / w.load:.4g}/s)"
     if w.arrival == "gamma":
         arrival += f" burstiness {w.burstiness:g}"
     return (f"{w.name}: prompts {', '.join(parts)}, output {w.min_output_tokens}-{w.max_output_tokens}, "
@@ -97,6 +99,19 @@ def _profile_conditions(cost_model) -> dict[str, str]:
             "profile_digest": cost_model.digest, "profile_cpu_model": c["cpu_model"],
             "profile_measured_at": c["measured_at"], "profile_git_commit": c["git_commit"],
             "profile_held_out_error": f"median {held['median_rel_error']:.1%}, p90 {held['p90_rel_error']:.1%}"}
+
+
+def sim_conditions_line(cfg: RunConfig) -> str:
+    """The conditions of a simulated table: the profile's, never this machine's or this moment's,
+    so the table reproduces byte for byte wherever it is regenerated."""
+    from chunklab.engine.cost_model import load_cost_model
+
+    cm, _ = load_cost_model(cfg.model, cfg.engine, required=True)
+    c, held = cm.conditions, cm.held_out
+    return (f"SIMULATED: {cfg.model.name} ({int(c['model_params']):,} params, {c['dtype']}), step times predicted by "
+            f"profile {cm.digest} (calibrated on {c['cpu_logical_cores']}x {c['cpu_model']}, torch "
+            f"{c['torch_version']}, {c['torch_threads']} threads, {c['measured_at']}; held-out step-time error "
+            f"median {held['median_rel_error']:.1%}, p90 {held['p90_rel_error']:.1%})")
 
 
 def conditions_line(c: dict[str, str]) -> str:

@@ -6,20 +6,21 @@ import pandas as pd
 # metric -> the largest relative error the simulation may have against the real median
 GOALS = {"ttft_p50_s": 0.10, "ttft_p95_s": 0.20, "ttft_p99_s": 0.20, "itl_p50_s": 0.10, "itl_p99_s": 0.20,
          "tpot_p50_s": 0.10, "e2e_p50_s": 0.10, "goodput_req_per_s": 0.10}
-KEYS = ["budget", "rate_per_s"]
+KEYS = ["intensity", "budget"]
 
 
 def fidelity_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """runs: one row per run with `executor` (torch | simulated), KEYS and the metrics.
-    Returns one row per (metric, budget, rate_per_s)."""
+    """runs: one row per run with `executor` (torch | simulated), KEYS, rate_per_s and the metrics.
+    Returns one row per (metric, intensity, budget), with the arrival rate it resolved to."""
     real = runs[runs["executor"] == "torch"]
     sim = runs[runs["executor"] == "simulated"].set_index(KEYS)
     rows = []
     for metric, goal in GOALS.items():
-        for (budget, rate), group in real.groupby(KEYS):
+        for (intensity, budget), group in real.groupby(KEYS):
             values = group[metric]
-            median, simulated = float(values.median()), float(sim.loc[(budget, rate), metric])
-            rows.append({"metric": metric, "budget": budget, "rate_per_s": rate, "real_median": median,
+            median, simulated = float(values.median()), float(sim.loc[(intensity, budget), metric])
+            rows.append({"metric": metric, "budget": budget, "rate_per_s": float(group["rate_per_s"].iloc[0]),
+                         "intensity": intensity, "real_median": median,
                          "real_min": float(values.min()), "real_max": float(values.max()), "simulated": simulated,
                          "rel_error": abs(simulated - median) / median if median else float("nan"),
                          "goal": goal, "within_real_spread": values.min() <= simulated <= values.max()})

@@ -81,13 +81,18 @@ def ttft_by_class(requests: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
-def versus_rate(runs: pd.DataFrame, path: Path, metrics: list[tuple[str, str]]) -> Path:
+def versus_rate(runs: pd.DataFrame, path: Path, metrics: list[tuple[str, str]],
+                title: str = "Against offered load, by budget") -> Path:
     fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.6))
-    style = "ordering" if runs["ordering"].nunique() > 1 else None
+    style = "workload" if "workload" in runs and runs["workload"].nunique() > 1 else None
     for ax, (key, label) in zip(axes, metrics):
-        sns.lineplot(runs, x="rate_per_s", y=key, hue="budget", style=style, marker="o", palette="viridis", ax=ax)
+        sns.lineplot(runs.sort_values("rate_per_s"), x="rate_per_s", y=key, hue="budget", style=style, marker="o",
+                     ax=ax)
         ax.set(xscale="log", xlabel="arrival rate (req/s, log)", ylabel=label)
-    fig.suptitle("Against offered load, by budget")
+    axes[0].legend(fontsize=6)
+    for ax in axes[1:]:
+        ax.get_legend().remove()
+    fig.suptitle(title)
     return _save(fig, path)
 
 
@@ -108,4 +113,42 @@ def fidelity(table: pd.DataFrame, path: Path) -> Path:
         ax.set(title=metric, xlabel="arrival rate (req/s)")
     axes.flat[0].legend(fontsize=7, title="budget")
     fig.suptitle("Fidelity: simulated (x, dashed) vs measured (median, min-max over repeats)", fontsize=10)
+    return _save(fig, path)
+
+
+MAP_METRICS = [("goodput_req_per_s", "goodput (req/s)", ".2f"), ("ttft_p99_s", "TTFT p99 (s)", ".2f"),
+               ("itl_p99_s", "ITL p99, per gap (s)", ".3f"), ("worst_stall_s", "worst stall (s)", ".2f")]
+
+
+def budget_load_heatmaps(cells: pd.DataFrame, path: Path, title: str) -> Path:
+    fig, axes = plt.subplots(1, len(MAP_METRICS), figsize=(5.2 * len(MAP_METRICS), 4.6))
+    for ax, (key, label, fmt) in zip(axes, MAP_METRICS):
+        grid = cells.pivot(index="budget", columns="load", values=key).sort_index(ascending=False)
+        sns.heatmap(grid, annot=True, fmt=fmt, annot_kws={"size": 6}, cmap="viridis_r" if key != "goodput_req_per_s"
+                    else "viridis", cbar=False, ax=ax)
+        ax.set(title=label, xlabel="load (x capacity)", ylabel="budget (tokens/step)")
+    fig.suptitle(f"Budget x load: {title}")
+    return _save(fig, path)
+
+
+def best_budget(best: pd.DataFrame, cells: pd.DataFrame, path: Path) -> Path:
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    sns.lineplot(best, x="load", y="budget", hue="workload", marker="o", ax=a)
+    a.set(yscale="log", ylabel="best budget (tokens/step, log)", xlabel="load (x capacity)",
+          title="Budget with the highest goodput, per load")
+    sns.lineplot(cells, x="load", y="goodput_req_per_s", hue="budget", style="workload", palette="viridis",
+                 marker=".", ax=b)
+    b.set(xlabel="load (x capacity)", ylabel="goodput (req/s)", title="Goodput by budget")
+    b.legend(fontsize=6, ncol=2)
+    fig.suptitle("Simulated: which budget to pick, by load")
+    return _save(fig, path)
+
+
+def queue_timeline(queue: pd.DataFrame, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(11, 4))
+    for (replay, budget), q in queue.groupby(["replay", "budget"]):
+        ax.plot(q["time_s"] / 60, q["waiting"], lw=0.8, label=f"{replay}, budget {budget}")
+    ax.set(xlabel="trace time (min)", ylabel="requests waiting (max per bin)", yscale="symlog",
+           title="Simulated: queue length over the Azure conversation trace")
+    ax.legend(fontsize=7)
     return _save(fig, path)

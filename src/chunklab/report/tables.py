@@ -36,13 +36,18 @@ def spread(values: pd.Series, scale: float, fmt: str) -> str:
     return f"{fmt.format(v.median())} [{fmt.format(v.min())}–{fmt.format(v.max())}]"
 
 
-def token_budget_table(runs: pd.DataFrame, size: str) -> pd.DataFrame:
+def token_budget_table(runs: pd.DataFrame, by: list[str], count: str) -> pd.DataFrame:
+    """One row per group of `by`: median [min–max] of each metric over the group's runs."""
     rows = []
-    for budget, group in runs[runs["size"] == size].groupby("budget"):
-        row = {"Configuration": f"Budget {budget} tokens/step" + (" (no chunking)" if budget >= 2048 else ""),
-               "Seeds": len(group)}
-        for key, header, scale, fmt in CHAPTER_COLUMNS + OUR_COLUMNS:
-            row[header] = spread(group[key], scale, fmt) if key in group else "n/a"
+    for key, group in runs.groupby(by, sort=False):
+        key = dict(zip(by, key if isinstance(key, tuple) else (key,)))
+        budget = key["budget"]
+        row = {"Configuration": f"Budget {budget} tokens/step" + (" (no chunking)" if budget >= 2048 else "")}
+        if "intensity" in key:
+            row["Arrivals"] = f"{key['intensity']} ({group['rate_per_s'].iloc[0]:.2f} req/s)"
+        row[count] = len(group)
+        for k, header, scale, fmt in CHAPTER_COLUMNS + OUR_COLUMNS:
+            row[header] = spread(group[k], scale, fmt) if k in group else "n/a"
         rows.append(row)
     return pd.DataFrame(rows)
 

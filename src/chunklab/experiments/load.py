@@ -1,0 +1,63 @@
+"""workload.load: an arrival rate given as a fraction of capacity, so the same command means
+the same regime (idle, loaded, collapsing) on every machine.
+
+Capacity here is the simulated capacity of this workload under the profile and the default
+scheduler (budget 512, decode_first): the highest Poisson rate at which >= 90% of requests
+meet the run's SLO, pooled over CAPACITY_SEEDS of CAPACITY_REQUESTS requests each, to 2%.
+It is cached per (profile, workload, SLO, engine) in .cache/capacity/ (it takes ~30 s once).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+
+from chunklab.config import PROJECT_ROOT, RunConfig, SchedulerConfig
+from chunklab.engine.cost_model import load_cost_model
+
+CAPACITY_SEEDS = [101, 102, 103, 104, 105]
+CAPACITY_REQUESTS = int(os.environ.get("CHUNKLAB_CAPACITY_REQUESTS", "2000"))  # fewer only in smoke tests
+CAPACITY_TARGET = 0.9
+CACHE_DIR = PROJECT_ROOT / ".cache" / "capacity"
+
+
+def reference_config(cfg: RunConfig) -> RunConfig:
+    """What capacity is measured on: this workload and SLO, the default scheduler, simulated."""
+    return dataclasses.replace(cfg, scheduler=SchedulerConfig(), slowdown=False,
+                               engine=dataclasses.replace(cfg.engine, executor="simulated"))
+
+
+def cache_key(cfg: RunConfig, profile_digest: str) -> str:
+    ref = reference_config(cfg)
+    w = dataclasses.asdict(ref.workload) | {"rate_per_s": None, "load": None, "seed": None, "num_requests": None}
+    doc = {"profile": profile_digest, "workload": w, "slo": dataclasses.asdict(ref.slo),
+           "model": dataclasses.asdict(ref.model), "engine": dataclasses.asdict(ref.engine) | {"profile": None},
+           "scheduler": dataclasses.asdict(ref.scheduler), "seeds": CAPACITY_SEEDS,
+           "requests": CAPACITY_REQUESTS, "target": CAPACITY_TARGET}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def workload_capacity(cfg: RunConfig) -> float:
+    """Simulated capacity (req/s) of cfg's workload under the default scheduler; cached."""
+    from chunklab.experiments.sim_capacity import search_capacity
+
+    cost_model, _ = load_cost_model(cfg.model, cfg.engine, required=True)
+    path = CACHE_DIR / f"{cache_key(cfg, cost_model.digest)}.json"
+    if path.is_file():
+        return json.loads(path.read_text())["capacity_req_per_s"]
+    found = search_capacity(reference_config(cfg), CAPACITY_SEEDS, CAPACITY_REQUESTS, CAPACITY_TARGET)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # parallel jobs may compute it at once: last rename wins
+    tmp.write_text(json.dumps({"capacity_req_per_s": found.rate_req_per_s, "hi_req_per_s": found.hi_req_per_s,
+                               "workload": cfg.workload.name, "probes": found.probes}, indent=1))
+    tmp.replace(path)
+    return found.rate_req_per_s
+
+
+def resolve_load(cfg: RunConfig) -> RunConfig:
+    """Sets workload.rate_per_s = load x capacity when workload.load is given (load is kept, for the record)."""
+    if cfg.workload.load is None:
+        return cfg
+    rate = cfg.workload.load * workload_capacity(cfg)
+    return dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, rate_per_s=rate))
