@@ -27,7 +27,9 @@ class PrepareSweep(Callback):
         launcher = str(config.hydra.launcher.get("_target_", "")).rsplit(".", 1)[-1]
         tracking = OmegaConf.to_object(config.tracking)
         try:
-            check_launcher(launcher, config.engine.executor, bool(config.allow_parallel_measurements), tracking)
+            extra = config.hydra.launcher.get("additional_parameters") or {}
+            check_launcher(launcher, config.engine.executor, bool(config.allow_parallel_measurements), tracking,
+                           exclusive=bool(extra.get("exclusive", False)))
         except ConfigError as err:
             # Hydra turns a callback's Exception into a warning and goes on; this must stop the sweep.
             print(f"chunklab: error: {err}", file=sys.stderr)
@@ -38,12 +40,17 @@ class PrepareSweep(Callback):
             ensure_experiment(tracking)
 
 
-def check_launcher(launcher: str, executor: str, allow_parallel: bool, tracking: TrackingConfig) -> None:
+def check_launcher(launcher: str, executor: str, allow_parallel: bool, tracking: TrackingConfig,
+                   exclusive: bool = True) -> None:
     if launcher in SAME_MACHINE_PARALLEL and executor != "simulated" and not allow_parallel:
         raise ConfigError(
             f"hydra/launcher={launcher}: runs real-engine jobs side by side on this machine, where they slow "
             "each other and corrupt every timing; use the default (sequential) launcher, engine=simulated, a "
             "cluster launcher (hydra/launcher=slurm), or allow_parallel_measurements=true if you mean it")
+    if launcher in CLUSTER and executor != "simulated" and not exclusive and not allow_parallel:
+        raise ConfigError(
+            f"hydra/launcher={launcher}: real-engine jobs without --exclusive can share a node and slow each "
+            "other; use hydra/launcher=slurm (whole node per job), or allow_parallel_measurements=true")
     if launcher in CLUSTER and tracking.enabled and is_file_store(tracking_uri(tracking)):
         raise ConfigError(
             f"tracking.tracking_uri={tracking_uri(tracking)!r}: cluster jobs need an MLflow server all nodes "

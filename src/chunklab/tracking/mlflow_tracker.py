@@ -87,7 +87,16 @@ class Tracker:
             dataset = mlflow.data.from_pandas(requests, source=trace_path, name=name, digest=digest)
         else:
             dataset = mlflow.data.from_pandas(requests, source=CodeDatasetSource(tags=spec), name=name)
-        mlflow.log_input(dataset, context="workload")
+        for attempt in range(5):
+            try:
+                mlflow.log_input(dataset, context="workload")
+                return
+            except mlflow.exceptions.MlflowException:
+                # Parallel jobs logging the same dataset into one sqlite store can collide on its
+                # unique key; the next attempt finds the row the other job wrote.
+                if attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
 
     def log_result(self, summary: dict[str, float], conditions: dict[str, str], tags: dict[str, str], steps,
                    files: list[Path]) -> None:
