@@ -15,7 +15,7 @@ from chunklab.calibration.fit import split
 from chunklab.calibration.profile import calibrate
 from chunklab.engine.step_shape import FEATURES
 from chunklab.experiments.compose import compose_run_config
-from common import OUTPUTS, params
+from common import OUTPUTS, params, write_json
 
 
 def main() -> None:
@@ -25,6 +25,10 @@ def main() -> None:
     out = OUTPUTS / "profiles"
     out.mkdir(parents=True, exist_ok=True)
     (out / "cpu.json").write_text(json.dumps(cal.profile, indent=2) + "\n")
+    held = cal.profile["held_out"]
+    write_json(out / "metrics.json", {"held_out_median_rel_error": round(held["median_rel_error"], 4),
+                                      "held_out_p90_rel_error": round(held["p90_rel_error"], 4),
+                                      "profiling_s": cal.profile["shapes"]["profiling_s"]})
     test = set(split(len(cal.shapes), p["held_out_share"], p["seed"])[1])
     x = np.array([s.features() for s in cal.shapes])
     table = pd.DataFrame(x, columns=list(FEATURES))

@@ -16,7 +16,7 @@ from chunklab.experiments.simulate import simulate_many
 from chunklab.metrics.conditions import sim_conditions_line
 from chunklab.report import figures
 from chunklab.report.fidelity import GOALS, fidelity_table, step_error_table
-from common import OUTPUTS, params
+from common import OUTPUTS, params, write_json
 
 METRICS = list(GOALS) + ["slo_attainment", "output_tokens_per_s", "noisy_steps_share", "worst_step_excess"]
 
@@ -48,6 +48,10 @@ def main() -> None:
     lines = {"measured": cond["large"], "simulated": sim_conditions_line(cfgs[0])}
     (out / "conditions.json").write_text(json.dumps(lines, indent=2) + "\n")
     figures.fidelity(table, out / "fidelity.png")
+    tail = table["metric"].str.contains("p95|p99")
+    write_json(out / "metrics.json", {"rows_meeting_goal": round(float(table["met"].mean()), 4),
+                                      "max_rel_error_p50_and_goodput": round(float(table[~tail]["rel_error"].max()), 4),
+                                      "max_rel_error_p95_p99": round(float(table[tail]["rel_error"].max()), 4)})
     (OUTPUTS / "tables").mkdir(exist_ok=True)
     md = markdown(tb, runs, table, step_err, lines)
     (OUTPUTS / "tables" / "fidelity.md").write_text(md)

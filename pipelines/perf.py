@@ -155,6 +155,7 @@ def main() -> None:
     ratios = pd.DataFrame(limits(p, cfg) + simulator(p))
     e2e = end_to_end(p)
     ratios.to_csv(OUTPUTS / "perf.csv", index=False)
+    write_json(OUTPUTS / "perf_metrics.json", {r.metric: r.value for r in ratios.itertuples()})
     e2e.to_csv(OUTPUTS / "perf_end_to_end.csv", index=False, float_format="%.4f")
     cond = conditions(cfg, bench.make_engine(cfg.model, EngineConfig(), budget=8).executor.model.num_parameters())
     cond["workload"] = "micro-benchmarks; end to end: ch10 trace, 24 requests, seed 3"

@@ -14,7 +14,7 @@ from chunklab.experiments.compose import compose_run_config
 from chunklab.experiments.sim_capacity import search_capacity
 from chunklab.metrics.conditions import sim_conditions_line
 from chunklab.report import figures
-from common import SIMULATED, params
+from common import SIMULATED, params, write_json
 
 KNOBS = ("budget", "max_partial_prefills", "long_prefill_threshold", "ordering")
 
@@ -47,6 +47,8 @@ def main() -> None:
                   flush=True)
     caps, probes = pd.DataFrame(caps), pd.DataFrame(probes)
     caps.to_csv(out / "capacity.csv", index=False, float_format="%.6g")
+    write_json(out / "metrics.json", {f"{r.workload} {r.setting}": round(float(r.capacity_req_per_s), 4)
+                                      for r in caps.itertuples()})
     probes.to_csv(out / "probes.csv", index=False, float_format="%.6g")
     figures.versus_rate(probes.assign(budget=probes["setting"]), out / "goodput_vs_rate.png",
                         [("goodput_req_per_s", "goodput (req/s)"), ("slo_attainment", "SLO attainment")],

@@ -1,7 +1,15 @@
 """Small builders shared by the tests (configs are the real dataclasses)."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
 
 from chunklab.config import EngineConfig, LengthClass, ModelConfig, SchedulerConfig, WorkloadConfig
 from chunklab.engine.clock import ReplayClock
@@ -35,3 +43,33 @@ def workload(**overrides) -> WorkloadConfig:
 
 def requests(vocab=260, **overrides):
     return synthetic_requests(workload(**overrides), vocab)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def mlflow_server(home: Path):
+    """A real `mlflow server` on 127.0.0.1 with its store under home; yields its URL, stops it after."""
+    port = free_port()
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1", "--backend-store-uri", f"sqlite:///{home}/server.db", "--artifacts-destination",
+         str(home / "art")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                urllib.request.urlopen(url + "/health", timeout=2)
+                break
+            except OSError:
+                assert time.time() < deadline, "mlflow server did not start"
+                time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)

@@ -1,15 +1,15 @@
 """End to end through run.py: Hydra multirun -> engine -> MLflow, and its errors."""
 import os
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from helpers import mlflow_server
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["model=micro", "workload.num_requests=10", "workload.rate_per_s=20", "tracking.progress=false",
@@ -85,29 +85,8 @@ def test_failure_after_start_marks_the_run_failed(tmp_path):
     assert list(runs(tmp_path)["status"]) == ["FAILED"]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_logs_to_a_real_mlflow_server_over_http(tmp_path):
-    port = free_port()
-    mlflow_bin = Path(sys.executable).parent / "mlflow"
-    server = subprocess.Popen(
-        [str(mlflow_bin), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{tmp_path}/server.db", "--artifacts-destination", str(tmp_path / "art")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                urllib.request.urlopen(base + "/health", timeout=2)
-                break
-            except OSError:
-                assert time.time() < deadline, "mlflow server did not start"
-                time.sleep(0.5)
+    with mlflow_server(tmp_path) as base:
         proc = run_cli(tmp_path, "tracking.experiment_name=http_check", uri=base)
         assert proc.returncode == 0, proc.stderr[-2000:]
         # Read it back through the REST API the UI uses.
@@ -120,9 +99,6 @@ def test_logs_to_a_real_mlflow_server_over_http(tmp_path):
         assert len(found) == 1 and found[0]["info"]["status"] == "FINISHED"
         metrics = {m["key"]: m["value"] for m in found[0]["data"]["metrics"]}
         assert metrics["num_finished"] == 10 and metrics["ttft_p50_s"] > 0
-    finally:
-        os.killpg(server.pid, 15)
-        server.wait(timeout=30)
 
 
 def test_submitit_local_launcher_runs_the_sweep(tmp_path):

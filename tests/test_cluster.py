@@ -8,11 +8,11 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 
-from test_cli import ROOT, free_port
+from helpers import mlflow_server
+from test_cli import ROOT
 
 pytestmark = pytest.mark.cluster
 MICRO = ["model=micro", "workload.classes.0.min_tokens=300", "workload.classes.0.max_tokens=300",
@@ -24,31 +24,13 @@ def cluster(tmp_path_factory):
     home = tmp_path_factory.mktemp("cluster")
     script = ROOT / "scripts" / "slurm_local.sh"
     up = subprocess.run([str(script), "up", str(home / "slurm")], capture_output=True, text=True, timeout=600)
-    server = None
     try:
         if up.returncode != 0:
             pytest.skip(f"no single-node SLURM here: {(up.stderr.strip().splitlines() or ['?'])[-1]}")
-        port = free_port()
-        server = subprocess.Popen(
-            [str(ROOT / ".venv" / "bin" / "mlflow") if (ROOT / ".venv").exists() else "mlflow", "server",
-             "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-             "--backend-store-uri", f"sqlite:///{home}/server.db", "--artifacts-destination", str(home / "art")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.time() + 90
-        while True:
-            try:
-                urllib.request.urlopen(url + "/health", timeout=2)
-                break
-            except OSError:
-                assert time.time() < deadline, "mlflow server did not start"
-                time.sleep(0.5)
-        env = dict(os.environ, SLURM_CONF=str(home / "slurm" / "slurm.conf"), MLFLOW_TRACKING_URI=url)
-        yield {"env": env, "url": url, "home": home}
+        with mlflow_server(home) as url:
+            env = dict(os.environ, SLURM_CONF=str(home / "slurm" / "slurm.conf"), MLFLOW_TRACKING_URI=url)
+            yield {"env": env, "url": url, "home": home}
     finally:
-        if server is not None:
-            os.killpg(server.pid, 15)
-            server.wait(timeout=30)
         subprocess.run([str(script), "down", str(home / "slurm")], timeout=120)
 
 

@@ -1,4 +1,5 @@
 """Smoke run of the whole DVC pipeline on tiny params in a temporary clone."""
+import json
 import os
 import shutil
 import subprocess
@@ -84,6 +85,18 @@ def test_dvc_repro_smoke(tmp_path):
     missing = [p for p in EXPECTED if not (repo / p).is_file()]
     assert not missing
     assert "| Budget 16 tokens/step" in (repo / "outputs/tables/token_budget_large.md").read_text()
+    # DVC's own views work: metrics (show, and diff against the committed state) and plots.
+    shown = subprocess.run([dvc, "metrics", "show", "--json"], cwd=repo, env=env, capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    metrics = {k for doc in json.loads(shown.stdout).values() for f in doc["data"].values()
+               for k in f.get("data", {})}
+    assert {"held_out_median_rel_error", "rows_meeting_goal", "simulated_speedup"} <= metrics
+    assert subprocess.run([dvc, "metrics", "diff"], cwd=repo, env=env, capture_output=True).returncode == 0
+    plots = subprocess.run([dvc, "plots", "show", "-o", str(tmp_path / "plots")], cwd=repo, env=env,
+                           capture_output=True, text=True)
+    assert plots.returncode == 0, plots.stderr
+    html = (tmp_path / "plots" / "index.html").read_text()
+    assert "fidelity.png" in html and "best_budget.png" in html
     second = subprocess.run([dvc, "repro"], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0
     assert "up to date" in second.stdout and "Running stage" not in second.stdout
