@@ -122,3 +122,33 @@ def test_parallel_simulated_sweep_into_a_fresh_store(tmp_path):
     assert len(df) == 4 and set(df["status"]) == {"FINISHED"}
     assert set(df["tags.executor"]) == {"simulated"}
     assert sorted(df["tags.mlflow.runName"]) == sorted(f"budget={b} (simulated)" for b in (64, 512, 2048, 8192))
+
+
+def test_a_failing_step_ends_failed_and_keeps_what_was_measured(tmp_path, monkeypatch):
+    """A step that raises (say, out of memory at step 40): the run is FAILED, its 39 steps and the
+    requests finished before are in the run folder and in MLflow."""
+    import mlflow
+
+    from chunklab.app import run_tracked
+    from chunklab.engine.engine import LLMEngine
+    from chunklab.experiments.compose import compose_run_config
+
+    real_step, calls = LLMEngine.step, []
+
+    def failing_step(self):
+        calls.append(1)
+        if len(calls) == 40 + 2:  # after the warm-up's steps
+            raise MemoryError("simulated out of memory")
+        return real_step(self)
+
+    monkeypatch.setattr(LLMEngine, "step", failing_step)
+    cfg = compose_run_config(["engine=simulated", "workload.num_requests=50", "tracking.progress=false",
+                              f"tracking.tracking_uri=sqlite:///{tmp_path}/mlflow.db"])
+    with pytest.raises(MemoryError):
+        run_tracked(cfg, tmp_path / "run", {})
+    steps = pd.read_csv(tmp_path / "run" / "steps.csv")
+    requests = pd.read_csv(tmp_path / "run" / "requests.csv")
+    assert len(steps) > 0 and len(requests) == 50 and (requests["status"] == "unfinished").any()
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    df = mlflow.search_runs(experiment_names=["chunklab"])
+    assert list(df["status"]) == ["FAILED"] and df["metrics.num_unfinished"].iloc[0] > 0

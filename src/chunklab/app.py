@@ -31,6 +31,14 @@ REQUEST_COLUMNS = ("request_id", "label", "status", "arrival_s", "prompt_tokens"
                    "output_digest", "reason")
 
 
+class RunFailed(Exception):
+    """A step raised; the run's partial results were written first (`output`)."""
+
+    def __init__(self, output: "RunOutput"):
+        super().__init__(f"run failed after writing partial results: {output.result.error!r}")
+        self.output = output
+
+
 @dataclass
 class RunOutput:
     summary: dict[str, float]
@@ -66,7 +74,10 @@ def run_experiment(cfg: RunConfig, run_dir: Path, should_stop=None) -> RunOutput
              "note": SIMULATED_NOTE if simulated else "measured run: real forward passes, real time",
              "noise_guard": "" if simulated else (why_unguarded and f"off: {why_unguarded}") or "on"}
     files = write_files(run_dir, cfg, summary, cond, records, result, notes)
-    return RunOutput(summary, cond, records, result, files, tags)
+    out = RunOutput(summary, cond, records, result, files, tags)
+    if result.error is not None:
+        raise RunFailed(out) from result.error
+    return out
 
 
 def write_files(run_dir: Path, cfg: RunConfig, summary, cond, records, result: ServeResult,
@@ -91,11 +102,12 @@ def run_tracked(cfg: RunConfig, run_dir: Path, tags: dict[str, str], name: str =
     (then with the partial results logged, and Interrupted raised)."""
     tracker = Tracker(cfg.tracking)
     with Interrupts() as interrupts, tracker.run(flatten(dataclasses.asdict(cfg)), tags, name):
-        out = run_experiment(cfg, run_dir, should_stop=lambda: interrupts.requested)
-        tracker.log_workload(cfg.workload.name, workload_frame(out.result.sequences),
-                             cfg.workload.trace.path if cfg.workload.kind == "trace" else "",
-                             {"spec": describe_workload(cfg)})
-        tracker.log_result(out.summary, out.conditions, out.tags, out.result.steps, out.files)
+        try:
+            out = run_experiment(cfg, run_dir, should_stop=lambda: interrupts.requested)
+        except RunFailed as failed:  # log what it measured, then end FAILED with the step's error
+            log_output(tracker, cfg, failed.output)
+            raise failed.output.result.error from None
+        log_output(tracker, cfg, out)
         if interrupts.requested:
             s = out.summary
             where = f"; MLflow run {tracker.run_id} marked KILLED" if tracker.run_id else ""
@@ -103,6 +115,13 @@ def run_tracked(cfg: RunConfig, run_dir: Path, tags: dict[str, str], name: str =
                 f"interrupted by {interrupts.name}: {s['num_finished']} of {s['num_requests']} requests finished, "
                 f"{s['num_unfinished']} unfinished; partial results in {run_dir}{where}"))
     return out
+
+
+def log_output(tracker: Tracker, cfg: RunConfig, out: RunOutput) -> None:
+    tracker.log_workload(cfg.workload.name, workload_frame(out.result.sequences),
+                         cfg.workload.trace.path if cfg.workload.kind == "trace" else "",
+                         {"spec": describe_workload(cfg)})
+    tracker.log_result(out.summary, out.conditions, out.tags, out.result.steps, out.files)
 
 
 def workload_frame(sequences) -> pd.DataFrame:

@@ -66,16 +66,21 @@ class ShapeProbe:
         assert not sched.waiting and self.engine.block_manager.num_used_blocks == 0
 
 
+def lead_in(shape: StepShape) -> StepShape:
+    """The step a serving run has just run before one of this shape: its decode rows decoding alone
+    (a prefill chunk joins a run of decode steps), or, with no decode rows, the shape itself."""
+    return StepShape(shape.decode_ctx_lens, (), shape.mixed_batch) if shape.decode_ctx_lens else shape
+
+
 def profile_shapes(model: ModelConfig, engine: EngineConfig, shapes: list[StepShape],
                    rounds: int, burst: int) -> list[float]:
     """Median step time of each shape.
 
-    In a serving run consecutive steps look alike (decode after decode), and a step
-    right after a different, larger one is measurably slower (measured here: a batch-1
-    decode 1.84 ms back to back, 2.36 ms right after a 512-token prefill). So each
-    shape runs in bursts of `burst` steps, the first untimed; and bursts are
-    interleaved over `rounds` rounds, so slow drift of a shared machine spreads over
-    every shape instead of biasing a few.
+    A step's time depends on what ran just before it (caches): measured here, a batch-1
+    decode takes 1.84 ms after another one and 2.36 ms right after a 512-token prefill.
+    So every timed step follows its lead-in, the step a serving run has just run before
+    such a step; each round times burst - 1 such pairs per shape, and rounds interleave
+    every shape, so slow drift of a shared machine spreads over all of them.
     """
     probe = ShapeProbe(model, dataclasses.replace(engine, executor="torch"))
     for shape in shapes[:5]:  # first calls of each kernel size pay one-off costs
@@ -83,6 +88,8 @@ def profile_shapes(model: ModelConfig, engine: EngineConfig, shapes: list[StepSh
     times: list[list[float]] = [[] for _ in shapes]
     for _ in range(rounds):
         for i, shape in enumerate(shapes):
-            probe.time_step(shape)
-            times[i] += [probe.time_step(shape) for _ in range(burst - 1)]
+            before = lead_in(shape)
+            for _ in range(burst - 1):
+                probe.time_step(before)
+                times[i].append(probe.time_step(shape))
     return [statistics.median(t) for t in times]

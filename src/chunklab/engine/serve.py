@@ -17,6 +17,7 @@ class ServeResult:
     steps: StepLog = field(default_factory=StepLog)
     makespan_s: float = 0.0
     stopped: bool = False  # should_stop ended the run before every request was done
+    error: Exception | None = None  # a step that raised: the run stopped there, its steps kept
 
 
 def serve(engine: LLMEngine, requests: list[Request], on_done: Callable[[int], None] | None = None,
@@ -32,7 +33,7 @@ def serve(engine: LLMEngine, requests: list[Request], on_done: Callable[[int], N
     steps = StepLog()
     clock = engine.clock
     clock.start()
-    stopped = False
+    stopped, error = False, None
     while pending or engine.has_unfinished:
         if should_stop is not None and should_stop():
             stopped = True
@@ -47,10 +48,14 @@ def serve(engine: LLMEngine, requests: list[Request], on_done: Callable[[int], N
             if pending:
                 clock.wait_until(pending[0].arrival_s)
             continue
-        record, finished = engine.step()
+        try:
+            record, finished = engine.step()
+        except Exception as err:  # noqa: BLE001 - kept and re-raised by the caller after saving
+            stopped, error = True, err
+            break
         steps.append(record)
         if finished and on_done:
             on_done(len(finished))
     for request in pending:  # never arrived before the stop: still waiting, outside the engine
         sequences[request.request_id] = Sequence(request)
-    return ServeResult([sequences[r.request_id] for r in requests], steps, clock.now(), stopped)
+    return ServeResult([sequences[r.request_id] for r in requests], steps, clock.now(), stopped, error)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 import platform
 import subprocess
@@ -23,6 +24,7 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
+@functools.lru_cache(maxsize=None)  # two git calls (~50 ms) once per process, not once per run
 def git_state(root: Path = PROJECT_ROOT) -> tuple[str, bool]:
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -59,6 +61,7 @@ class Tracker:
         import mlflow
 
         ensure_experiment(self.cfg)
+        logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)  # no start/stop chatter per run
         if self.cfg.system_metrics_interval_s > 0:
             mlflow.set_system_metrics_sampling_interval(self.cfg.system_metrics_interval_s)
         run = mlflow.start_run(run_name=self.cfg.run_name or name or None, tags=tags,
@@ -82,11 +85,13 @@ class Tracker:
         import mlflow
         from mlflow.data.code_dataset_source import CodeDatasetSource
 
-        if trace_path:
-            digest = hashlib.sha256(Path(trace_path).read_bytes()).hexdigest()[:16]
-            dataset = mlflow.data.from_pandas(requests, source=trace_path, name=name, digest=digest)
-        else:
-            dataset = mlflow.data.from_pandas(requests, source=CodeDatasetSource(tags=spec), name=name)
+        with warnings.catch_warnings():  # its schema hint is about model inputs, not a workload table
+            warnings.simplefilter("ignore", UserWarning)
+            if trace_path:
+                digest = hashlib.sha256(Path(trace_path).read_bytes()).hexdigest()[:16]
+                dataset = mlflow.data.from_pandas(requests, source=trace_path, name=name, digest=digest)
+            else:
+                dataset = mlflow.data.from_pandas(requests, source=CodeDatasetSource(tags=spec), name=name)
         for attempt in range(5):
             try:
                 mlflow.log_input(dataset, context="workload")
