@@ -13,6 +13,7 @@ import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import NullFormatter  # noqa: E402
 
 from chunklab.metrics.records import RequestRecord  # noqa: E402
 
@@ -36,10 +37,13 @@ def latency_figure(records: list[RequestRecord], title: str, path: Path) -> Path
         if gaps.size:
             b.hist(gaps, bins=np.geomspace(gaps.min(), gaps.max() * 1.0001, 50))
             b.set_xscale("log")
+            b.xaxis.set_minor_formatter(NullFormatter())  # minor labels of a log axis overlap here
     a.set(title="TTFT", xlabel="seconds", ylabel="share of requests")
     b.set(title="inter-token gaps (every gap)", xlabel="seconds")
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    # Fixed margins and light compression: tight_layout and default PNG compression took ~0.5 s,
+    # more than a whole simulated 200-request run.
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.16, top=0.84, wspace=0.25)
+    fig.savefig(path, dpi=100, pil_kwargs={"compress_level": 1})
     plt.close(fig)
     return path
