@@ -44,7 +44,7 @@ def test_a_sweep_reads_by_name_in_the_ui(tmp_path):
         client = mlflow.MlflowClient(tracking_uri=url)
         exp = client.get_experiment_by_name("ui_check")
         runs = client.search_runs([exp.experiment_id])
-        page = render(browser, f"{url}/#/experiments/{exp.experiment_id}")
+        page = render(browser, f"{url}/#/experiments/{exp.experiment_id}/runs")  # the "Training runs" list
         assert "budget=64 (simulated)" in page and "budget=8192 (simulated)" in page
         run_page = render(browser, f"{url}/#/experiments/{exp.experiment_id}/runs/{runs[0].info.run_id}")
         assert "ttft_p50_s" in run_page and "goodput_req_per_s" in run_page
