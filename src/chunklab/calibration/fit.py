@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import nnls
 
-from chunklab.engine.step_shape import FEATURES, StepShape
+from chunklab.engine.step_shape import StepShape
 
 
 @dataclass
@@ -77,6 +77,3 @@ def refit_all(shapes: list[StepShape], times_s: list[float]) -> list[float]:
     x = np.array([s.features() for s in shapes])
     return [float(c) for c in fit_linear(x, np.array(times_s))]
 
-
-def feature_names() -> list[str]:
-    return list(FEATURES)
