@@ -1,4 +1,5 @@
 """TinyGPT against an oracle nobody here wrote: transformers' LlamaForCausalLM."""
+import dataclasses
 import pytest
 import torch
 
@@ -83,3 +84,20 @@ def test_naive_attention_matches_sdpa(models):
         b = model(ids[120:], torch.arange(120, 200), AttentionMetadata(slots[120:], None, [PrefillSegment.build(0, 80, 200, slots)], impl), kv)
         out[impl] = torch.cat([a, b])
     torch.testing.assert_close(out["naive"], out["sdpa"], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_sizes_by_arithmetic_match_the_torch_model(dtype):
+    """A simulated run counts parameters and KV bytes without torch: the arithmetic must agree."""
+    from chunklab.config import EngineConfig
+    from chunklab.engine.model_runner import ModelRunner
+    from chunklab.model.sizes import kv_cache_bytes, num_parameters
+    from helpers import MICRO
+
+    for model in (MICRO, dataclasses.replace(MICRO, name="tiny", num_layers=6, d_model=256, num_heads=8,
+                                             head_dim=32, mlp_hidden=1024)):
+        model = dataclasses.replace(model, dtype=dtype)
+        engine = EngineConfig(num_blocks=32)
+        runner = ModelRunner(model, engine)
+        assert num_parameters(model) == runner.model.num_parameters()
+        assert kv_cache_bytes(model, engine) == runner.kv_cache_bytes
