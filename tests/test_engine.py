@@ -1,5 +1,7 @@
-"""Chunking, batching and preemption must never change what is generated."""
+"""Chunking, batching and preemption must never change what is generated, on either forward
+path: eager torch ops (float64 micro model) and the fused C++ forward (float32, engine.compile)."""
 import dataclasses
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -9,20 +11,40 @@ from chunklab.engine.sequence import Phase, Request
 from helpers import MICRO, outputs, requests, run_engine
 
 
+class Path(NamedTuple):
+    model: ModelConfig
+    engine: EngineConfig
+
+    def run(self, reqs, model=None, **engine_and_sched):
+        engine = {k: v for k, v in engine_and_sched.items() if k in EngineConfig.__dataclass_fields__}
+        sched = {k: v for k, v in engine_and_sched.items() if k not in engine}
+        return run_engine(reqs, model=model or self.model, engine=dataclasses.replace(self.engine, **engine), **sched)
+
+
+PATHS = {"eager": Path(MICRO, EngineConfig(compile=False)),
+         "fused": Path(dataclasses.replace(MICRO, dtype="float32"), EngineConfig(compile=True))}
+
+
+@pytest.fixture(scope="module", params=list(PATHS))
+def path(request):
+    return PATHS[request.param]
+
+
 @pytest.fixture(scope="module")
 def reqs():
     return requests()
 
 
 @pytest.fixture(scope="module")
-def baseline(reqs):
-    _, result = run_engine(reqs, budget=8192)
+def baseline(reqs, path):
+    eng, result = path.run(reqs, budget=8192)
+    assert eng.executor.forward_path == ("fused" if path.engine.compile else "eager")
     return outputs(result)
 
 
 @pytest.mark.parametrize("budget", [8, 13, 64, 512, 8192])
-def test_outputs_identical_across_budgets(reqs, baseline, budget):
-    eng, result = run_engine(reqs, budget=budget)
+def test_outputs_identical_across_budgets(reqs, baseline, path, budget):
+    eng, result = path.run(reqs, budget=budget)
     assert outputs(result) == baseline
     if budget <= 64:
         assert eng.scheduler.num_chunked_prefills > 0  # the long prompts really were chunked
@@ -35,35 +57,35 @@ def test_outputs_identical_across_budgets(reqs, baseline, budget):
     dict(max_partial_prefills=4, long_prefill_threshold=32),
     dict(max_num_seqs=3),
 ])
-def test_outputs_identical_across_policies(reqs, baseline, sched):
-    _, result = run_engine(reqs, budget=48, **sched)
+def test_outputs_identical_across_policies(reqs, baseline, path, sched):
+    _, result = path.run(reqs, budget=48, **sched)
     assert outputs(result) == baseline
 
 
-def test_outputs_identical_without_mixed_batch(reqs, baseline):
-    _, result = run_engine(reqs, engine=EngineConfig(mixed_batch=False), budget=48)
+def test_outputs_identical_without_mixed_batch(reqs, baseline, path):
+    _, result = path.run(reqs, mixed_batch=False, budget=48)
     assert outputs(result) == baseline
 
 
-def test_outputs_identical_under_preemption():
+def test_outputs_identical_under_preemption(path):
     reqs = requests(arrival="all_at_once")  # all in flight at once: memory pressure
-    _, unpressured = run_engine(reqs, budget=8192)
+    _, unpressured = path.run(reqs, budget=8192)
     # 40 blocks of 8 tokens hold one long request (<= 312 tokens), never two.
-    eng, result = run_engine(reqs, engine=EngineConfig(num_blocks=40, block_size=8), budget=64,
-                             max_partial_prefills=4)
+    eng, result = path.run(reqs, num_blocks=40, block_size=8, budget=64, max_partial_prefills=4)
     assert eng.scheduler.num_preemptions > 0
     assert outputs(result) == outputs(unpressured)
     assert sum(s.num_preemptions for s in result.sequences) == eng.scheduler.num_preemptions
     assert eng.block_manager.num_free_blocks == 40
 
 
-def test_naive_attention_generates_the_same(reqs, baseline):
-    _, result = run_engine(reqs, model=dataclasses.replace(MICRO, attention="naive"), budget=64)
+def test_naive_attention_generates_the_same(reqs, baseline, path):
+    # naive attention is an eager-only ablation: with compile on, the runner takes the eager path for it
+    _, result = path.run(reqs, model=dataclasses.replace(path.model, attention="naive"), budget=64)
     assert outputs(result) == baseline
 
 
-def test_every_request_finishes_with_its_output_length(reqs):
-    _, result = run_engine(reqs, budget=16)
+def test_every_request_finishes_with_its_output_length(reqs, path):
+    _, result = path.run(reqs, budget=16)
     for seq, req in zip(result.sequences, reqs):
         assert seq.phase is Phase.FINISHED
         assert seq.num_output_tokens == req.max_output_tokens == len(seq.token_times_s)
@@ -80,11 +102,10 @@ def test_overlong_requests_are_rejected_with_a_reason():
     assert "KV blocks" in result.sequences[2].reject_reason
 
 
-def test_temperature_sampling_is_seeded_and_batch_invariant(reqs):
-    hot = EngineConfig(temperature=0.8, sampling_seed=7)
-    _, a = run_engine(reqs, engine=hot, budget=8192)
-    _, b = run_engine(reqs, engine=hot, budget=24)
-    _, c = run_engine(reqs, engine=dataclasses.replace(hot, sampling_seed=8), budget=8192)
+def test_temperature_sampling_is_seeded_and_batch_invariant(reqs, path):
+    _, a = path.run(reqs, temperature=0.8, sampling_seed=7, budget=8192)
+    _, b = path.run(reqs, temperature=0.8, sampling_seed=7, budget=24)
+    _, c = path.run(reqs, temperature=0.8, sampling_seed=8, budget=8192)
     assert outputs(a) == outputs(b) != outputs(c)
 
 

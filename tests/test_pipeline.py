@@ -19,7 +19,7 @@ TINY = {
                      "extra_seeds": [4], "rate_per_s": 20.0, "loads": [0.5], "overrides": MICRO_MIX},
     "perf": {"repeats": 1, "prompt_tokens": 96, "chunk_tokens": 32, "decode_context": 64, "overhead_requests": 20,
              "hf_prompt_tokens": 16, "hf_new_tokens": 4, "rss_requests": [3, 6], "budgets": [16, 8192],
-             "sim_requests": 6, "sim_trace_rows": 30, "overrides": MICRO_MIX},
+             "sim_requests": 6, "sim_trace_rows": 30, "time_build": False, "overrides": MICRO_MIX},
     "capacity": {"num_requests": 6, "overrides": MICRO_MIX},
     "sim": {"seeds": [1, 2], "num_requests": 30, "overrides": MICRO_MIX},
     "sim_tuning": {"workloads": ["ch10_mixed"], "n_trials": 2},
@@ -74,7 +74,8 @@ def test_dvc_repro_smoke(tmp_path):
     params["perf"]["trace_overrides"] = ["model=micro", f"workload.trace.path={trace}"]
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
     env = dict(os.environ, PYTHONPATH=str(repo / "src"), MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db",
-               CHUNKLAB_CAPACITY_REQUESTS="100")
+               CHUNKLAB_CAPACITY_REQUESTS="100",  # the fused forward as built for this checkout (same sources)
+               CHUNKLAB_EXTENSIONS_DIR=os.environ.get("CHUNKLAB_EXTENSIONS_DIR", str(ROOT / ".cache" / "torch_extensions")))
     git = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True)  # noqa: E731
     git("init", "-q")
     git("add", "-A")

@@ -36,14 +36,14 @@ def test_step_shape_features_count_the_work():
                     prefills=[ScheduledChunk(seq(5, 0), 5, True), ScheduledChunk(seq(20, 6), 4, False)])
     mixed = dict(zip(FEATURES, StepShape.of(plan, True).features()))
     assert mixed == {"forwards": 1, "tokens": 11, "sampled_rows": 3, "decode_rows": 2, "decode_ctx_padded": 2 * 21,
-                     "segments": 2, "causal_pairs": 15, "cached_pairs": 4 * 10, "cached_ctx": 10}
+                     "decode_ctx": 11 + 21, "segments": 2, "causal_pairs": 15, "cached_pairs": 4 * 10, "cached_ctx": 10}
     separate = dict(zip(FEATURES, StepShape.of(plan, False).features()))
     assert separate == mixed | {"forwards": 3}  # decodes, then one pass per chunk
 
 
 def test_linear_fit_recovers_known_costs():
     shapes = calibration_shapes(1, 80, 8, 2048)
-    true = np.array([2e-3, 5e-5, 1e-5, 1e-6, 4e-7, 2e-4, 3e-8, 3e-8, 1e-6])
+    true = np.array([2e-3, 5e-5, 1e-5, 1e-6, 4e-7, 2e-7, 2e-4, 3e-8, 3e-8, 1e-6])
     times = [float(np.dot(true, s.features())) for s in shapes]
     x = np.array([s.features() for s in shapes])
     assert np.allclose(fit_linear(x, np.array(times)), true, rtol=1e-4, atol=1e-12)

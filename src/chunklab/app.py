@@ -68,7 +68,7 @@ def run_experiment(cfg: RunConfig, run_dir: Path, should_stop=None) -> RunOutput
     if trace_stats is not None:
         summary |= {"trace_rows": trace_stats.num_rows, "trace_clipped": trace_stats.num_clipped,
                     "trace_overlong": trace_stats.num_overlong, "trace_reordered": trace_stats.num_reordered}
-    cond = conditions(cfg, num_parameters(cfg.model), engine.cost_model)
+    cond = conditions(cfg, num_parameters(cfg.model), engine.cost_model, getattr(engine.executor, "forward_path", ""))
     tags = {"executor": cfg.engine.executor} | profile_tags(engine.cost_model)
     notes = {"executor": cfg.engine.executor,
              "note": SIMULATED_NOTE if simulated else "measured run: real forward passes, real time",

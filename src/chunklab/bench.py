@@ -47,14 +47,14 @@ def make_engine(model: ModelConfig, engine: EngineConfig, **sched) -> LLMEngine:
 
 
 def prefill_split(model: ModelConfig, configs: list[tuple[str, int]], prompt_tokens: int,
-                  repeats: int) -> dict[tuple[str, int], list[float]]:
+                  repeats: int, engine_cfg: EngineConfig = EngineConfig()) -> dict[tuple[str, int], list[float]]:
     """Seconds to prefill one prompt for each (attention, chunk tokens) configuration.
 
     One engine (one copy of the weights and of the KV pool) serves every
     configuration, and configurations are interleaved round by round after a
     warm-up of each, so caches and slow drift of this shared machine hit all alike.
     """
-    engine = make_engine(model, EngineConfig(), budget=max(c for _, c in configs), max_num_seqs=1)
+    engine = make_engine(model, engine_cfg, budget=max(c for _, c in configs), max_num_seqs=1)
     req = Request(0, 0.0, prompt_ids(0, 0, prompt_tokens, 256), 1)
     times = {c: [] for c in configs}
     for round_ in range(repeats + 1):

@@ -54,6 +54,9 @@ class EngineConfig:
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
     clock: str = "replay"  # replay | wall
     mixed_batch: bool = True  # one forward per step for decodes and every chunk
+    # true: each forward is one call into the fused C++ kernels (model/csrc; float32 on CPU);
+    # false: eager PyTorch ops, for debugging and wherever the C++ build cannot run.
+    compile: bool = True
     block_size: int = 16  # tokens per KV block
     num_blocks: int = 1024  # KV blocks in the pool
     temperature: float = 0.0  # 0 = greedy

@@ -73,8 +73,8 @@ def lead_in(shape: StepShape) -> StepShape:
 
 
 def profile_shapes(model: ModelConfig, engine: EngineConfig, shapes: list[StepShape],
-                   rounds: int, burst: int) -> list[float]:
-    """Median step time of each shape.
+                   rounds: int, burst: int) -> tuple[list[float], str]:
+    """Median step time of each shape, and the forward path that ran them.
 
     A step's time depends on what ran just before it (caches): measured here, a batch-1
     decode takes 1.84 ms after another one and 2.36 ms right after a 512-token prefill.
@@ -92,4 +92,4 @@ def profile_shapes(model: ModelConfig, engine: EngineConfig, shapes: list[StepSh
             for _ in range(burst - 1):
                 probe.time_step(before)
                 times[i].append(probe.time_step(shape))
-    return [statistics.median(t) for t in times]
+    return [statistics.median(t) for t in times], probe.engine.executor.forward_path

@@ -15,7 +15,7 @@ from chunklab.model.sizes import num_parameters
 
 CONDITION_KEYS = ("cpu_model", "cpu_arch", "cpu_logical_cores", "memory_gb", "device", "torch_version", "torch_build",
                   "torch_threads", "python", "os", "model", "model_params", "dtype", "git_commit", "git_dirty",
-                  "measured_at")
+                  "measured_at", "forward_path")
 
 
 @dataclass
@@ -30,11 +30,11 @@ def calibrate(cfg: RunConfig, seed: int, num_random_shapes: int, rounds: int, bu
               held_out_share: float) -> Calibration:
     shapes = calibration_shapes(seed, num_random_shapes, cfg.scheduler.max_num_seqs, cfg.model.max_seq_len)
     t0 = time.perf_counter()
-    times = profile_shapes(cfg.model, cfg.engine, shapes, rounds, burst)
+    times, forward_path = profile_shapes(cfg.model, cfg.engine, shapes, rounds, burst)
     profiling_s = time.perf_counter() - t0
     results = compare(shapes, times, held_out_share, seed)
     better = min(results.values(), key=lambda r: (r.median_rel_error, r.p90_rel_error))
-    cond = conditions(cfg, num_parameters(cfg.model))
+    cond = conditions(cfg, num_parameters(cfg.model), forward_path=forward_path)
     profile = {
         "format": PROFILE_FORMAT,
         "applies_to": applies_to(cfg.model, cfg.engine),

@@ -20,10 +20,12 @@ PROFILE_FORMAT = 1
 
 
 def applies_to(model: ModelConfig, engine: EngineConfig) -> dict:
-    """What a profile must match to predict a run: the model's arithmetic and the cache layout."""
+    """What a profile must match to predict a run: the model's arithmetic, the cache layout and
+    the forward path asked for (engine.compile: fused C++ kernels or eager ops)."""
     keys = ("vocab_size", "num_layers", "d_model", "num_heads", "num_kv_heads", "head_dim", "mlp_hidden",
             "dtype", "attention")
-    return {k: getattr(model, k) for k in keys} | {"device": engine.device, "block_size": engine.block_size}
+    return {k: getattr(model, k) for k in keys} | {"device": engine.device, "block_size": engine.block_size,
+                                                   "compile": engine.compile}
 
 
 def profile_path(engine: EngineConfig) -> Path:

@@ -1,6 +1,12 @@
 """Executes a StepPlan: builds the flat batch and its paged-attention metadata,
-runs the model, samples. The only engine module that touches tensors."""
+runs the model, samples. The only engine module that touches tensors.
+
+Two forward paths, same contract: the fused C++ forward (engine.compile=true, the
+default; model/native.py) takes block tables and per-sequence starts, the eager
+TinyGPT takes per-token slots and an AttentionMetadata built here."""
 from __future__ import annotations
+
+import logging
 
 import torch
 
@@ -10,6 +16,7 @@ from chunklab.engine.sequence import Sequence
 from chunklab.model.attention import AttentionMetadata, DecodeBatch, PrefillSegment
 from chunklab.model.tiny_gpt import TinyGPT
 
+log = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
 
@@ -37,6 +44,22 @@ class ModelRunner:
         self.kv_cache = (torch.zeros(shape, dtype=self.dtype, device=self.device),
                          torch.zeros(shape, dtype=self.dtype, device=self.device))
         self._block_offsets = torch.arange(self.block_size, device=self.device)
+        self.fused, self.forward_path = self._fused_forward(engine_cfg)
+
+    def _fused_forward(self, engine_cfg: EngineConfig):
+        """The fused C++ forward when engine.compile is on and it can run here, else eager ops.
+        Returns (forward or None, the path's name as the run's conditions record it)."""
+        if not engine_cfg.compile:
+            return None, "eager"
+        if self.dtype != torch.float32 or self.device.type != "cpu":
+            return None, f"eager (the fused forward is float32 on CPU; this run is {self.dtype} on {self.device.type})"
+        from chunklab.model.native import FusedForward, NativeUnavailable
+
+        try:
+            return FusedForward(self.model, self.block_size), "fused"
+        except NativeUnavailable as exc:
+            log.warning("engine.compile=true, running eager: %s", exc)
+            return None, f"eager ({exc})"
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -55,22 +78,33 @@ class ModelRunner:
     def _forward(self, decodes: list[Sequence], chunks: list[ScheduledChunk]) -> dict[int, int]:
         token_ids: list[int] = [s.last_token_id for s in decodes]
         starts = [s.num_computed_tokens for s in decodes]
+        # Only rows that sample need the LM head: every decode, and last rows of final chunks.
+        rows, owners = list(range(len(decodes))), list(decodes)
         for c in chunks:
             start = c.seq.num_computed_tokens
             token_ids.extend(c.seq.token_slice(start, start + c.num_tokens))
-        input_ids = torch.tensor(token_ids, device=self.device)
-        meta, positions = self._metadata(decodes, starts, chunks)
-        hidden = self.model(input_ids, positions, meta, self.kv_cache)  # [T, d_model]
-        # Only rows that sample need the LM head: every decode, and last rows of final chunks.
-        rows, owners = list(range(len(decodes))), list(decodes)
-        for c, seg in zip(chunks, meta.prefills):
             if c.is_last:
-                rows.append(seg.end - 1)
+                rows.append(len(token_ids) - 1)
                 owners.append(c.seq)
+        input_ids = torch.tensor(token_ids, device=self.device)
+        if self.fused is not None and self.attention_impl == "sdpa":  # naive attention: an eager-only ablation
+            hidden = self._fused_hidden(input_ids, decodes, starts, chunks)
+        else:
+            meta, positions = self._metadata(decodes, starts, chunks)
+            hidden = self.model(input_ids, positions, meta, self.kv_cache)  # [T, d_model]
         if not rows:
             return {}
         logits = self.model.logits(hidden[torch.tensor(rows, device=self.device)])  # [R, vocab]
         return {s.seq_id: tok for s, tok in zip(owners, self._sample(logits, owners))}
+
+    def _fused_hidden(self, input_ids, decodes, starts, chunks) -> torch.Tensor:
+        seqs = decodes + [c.seq for c in chunks]
+        max_blocks = max(len(s.block_table) for s in seqs)
+        tables = torch.tensor([s.block_table + [0] * (max_blocks - len(s.block_table)) for s in seqs],
+                              dtype=torch.int32)  # [S, max_blocks]; the padding is never read
+        starts = starts + [c.seq.num_computed_tokens for c in chunks]
+        num_tokens = [1] * len(decodes) + [c.num_tokens for c in chunks]
+        return self.fused(input_ids, tables, starts, num_tokens, len(decodes), self.kv_cache)
 
     def _metadata(self, decodes, starts, chunks) -> tuple[AttentionMetadata, torch.Tensor]:
         slot_parts, pos_parts = [], []

@@ -17,7 +17,8 @@ FEATURES = (
     "tokens",            # rows through the linear layers
     "sampled_rows",      # rows through the LM head and the sampler
     "decode_rows",       # decode tokens
-    "decode_ctx_padded", # decode rows x the batch's longest context (K/V gathered, padded)
+    "decode_ctx_padded", # decode rows x the batch's longest context (eager: K/V gathered, padded)
+    "decode_ctx",        # decode contexts summed (fused: each row reads its own blocks in place)
     "segments",          # prefill chunks (one attention call each)
     "causal_pairs",      # query-key pairs of chunks with no cached prefix (causal SDPA)
     "cached_pairs",      # query-key pairs of chunks with a cached prefix (masked SDPA)
@@ -75,5 +76,5 @@ def _pass_features(ctx_lens: tuple[int, ...], segs: tuple[Segment, ...]) -> tupl
         else:
             causal += s.num_tokens * (s.num_tokens + 1) / 2
     return (1.0, float(num_decode + tokens), float(num_decode + sampled), float(num_decode),
-            float(num_decode * max(ctx_lens, default=0)), float(len(segs)), float(causal), float(cached_pairs),
-            float(cached_ctx))
+            float(num_decode * max(ctx_lens, default=0)), float(sum(ctx_lens)), float(len(segs)), float(causal),
+            float(cached_pairs), float(cached_ctx))

@@ -58,9 +58,10 @@ def describe_workload(cfg: RunConfig) -> str:
             f"{w.num_requests} requests, {arrival}, seed {w.seed}")
 
 
-def conditions(cfg: RunConfig, num_params: int, cost_model=None) -> dict[str, str]:
+def conditions(cfg: RunConfig, num_params: int, cost_model=None, forward_path: str = "") -> dict[str, str]:
     """This machine and software, the run's model and workload; for a simulated run
-    also the profile whose predictions stand in for the measurements."""
+    also the profile whose predictions stand in for the measurements. forward_path:
+    the real executor's (fused, or eager and why)."""
     commit, dirty = git_state()
     out = {
         "executor": cfg.engine.executor,
@@ -81,7 +82,7 @@ def conditions(cfg: RunConfig, num_params: int, cost_model=None) -> dict[str, st
     }
     if cfg.engine.executor == "simulated":
         return out | _profile_conditions(cost_model)
-    return out | _torch_conditions(cfg.engine.device)
+    return out | _torch_conditions(cfg.engine.device) | {"forward_path": forward_path}
 
 
 def _torch_conditions(device: str) -> dict[str, str]:
@@ -100,6 +101,7 @@ def _profile_conditions(cost_model) -> dict[str, str]:
             "torch_build": c["torch_build"], "torch_threads": c["torch_threads"],
             "profile_digest": cost_model.digest, "profile_cpu_model": c["cpu_model"],
             "profile_measured_at": c["measured_at"], "profile_git_commit": c["git_commit"],
+            "profile_forward_path": c.get("forward_path", "eager"),
             "profile_held_out_error": f"median {held['median_rel_error']:.1%}, p90 {held['p90_rel_error']:.1%}"}
 
 
@@ -112,7 +114,8 @@ def sim_conditions_line(cfg: RunConfig) -> str:
     c, held = cm.conditions, cm.held_out
     return (f"SIMULATED: {cfg.model.name} ({int(c['model_params']):,} params, {c['dtype']}), step times predicted by "
             f"profile {cm.digest} (calibrated on {c['cpu_logical_cores']}x {c['cpu_model']}, torch "
-            f"{c['torch_version']}, {c['torch_threads']} threads, {c['measured_at']}; held-out step-time error "
+            f"{c['torch_version']}, {c['torch_threads']} threads, {c.get('forward_path', 'eager')} forward, "
+            f"{c['measured_at']}; held-out step-time error "
             f"median {held['median_rel_error']:.1%}, p90 {held['p90_rel_error']:.1%})")
 
 
@@ -120,8 +123,10 @@ def conditions_line(c: dict[str, str]) -> str:
     if c.get("executor") == "simulated":
         return (f"SIMULATED: {c['model']} ({int(c['model_params']):,} params, {c['dtype']}), step times predicted by "
                 f"profile {c['profile_digest']} (measured on {c['profile_cpu_model']}, torch {c['torch_version']}, "
-                f"{c['torch_threads']} threads, {c['profile_measured_at']}; held-out step-time error "
+                f"{c['torch_threads']} threads, {c['profile_forward_path']} forward, {c['profile_measured_at']}; "
+                f"held-out step-time error "
                 f"{c['profile_held_out_error']}), {c['workload']}, simulated {c['measured_at']}")
     return (f"{c['model']} ({int(c['model_params']):,} params, {c['dtype']}), {c['cpu_logical_cores']}x "
             f"{c['cpu_arch']} CPU ({c['cpu_model']}), device {c['device']}, torch {c['torch_version']}, "
-            f"{c['torch_threads']} threads, {c['workload']}, measured {c['measured_at']}")
+            f"{c['torch_threads']} threads, {c.get('forward_path') or 'eager'} forward, {c['workload']}, "
+            f"measured {c['measured_at']}")

@@ -1,0 +1,118 @@
+// TinyGPT's whole forward pass as one call from Python (the engine's fast path).
+//
+// The eager model issues ~40 ATen ops per layer from Python; at one decode token
+// that dispatch, not arithmetic, is most of a step. Here the layer loop runs in
+// C++, the matmuls stay ATen's (MKL), and everything between them is a few fused
+// loops: RMSNorm, RoPE + KV-cache write, SiLU-mul, and paged decode attention that
+// reads each K/V block in place (no gather into a padded copy, no mask tensor).
+//
+// Contract (float32, CPU, contiguous):
+//   input_ids [T] int64; the batch is sequences laid out one after another, the
+//   first num_decodes of them one token each (decodes), the rest prefill chunks.
+//   block_tables [S, max_blocks] int32 (padding never read), starts [S] int64
+//   (tokens already in the cache), num_tokens [S] int64 (this step's tokens).
+//   k_pool, v_pool [L, num_slots, Hkv, D]; slot = block * block_size + offset.
+//   weights: embed, then per layer (attn_norm, wqkv [C, (H+2Hkv)D], wo, mlp_norm,
+//   w_gate_up [C, 2F], w_down), then final_norm.  rope_cos/sin [max_seq, D].
+//   Returns the hidden states after the final norm, [T, C].
+#include <torch/extension.h>
+
+#include "kernels.h"
+
+using namespace chunklab;
+
+namespace {
+
+// A prefill chunk: rows [row, row + n) at positions [start, start + n).
+struct Segment {
+  int64_t row, n, start;
+  at::Tensor context_slots;  // [start + n] slots of positions 0.. (undefined for a first chunk)
+  at::Tensor mask;           // [n, start + n] additive, lower-right causal (with context_slots)
+};
+
+at::Tensor segment_attention(const at::Tensor& qkv, const Segment& seg, const at::Tensor& k_cache,
+                             const at::Tensor& v_cache, const Shape& s) {
+  const int64_t qd = s.H * s.D, kd = s.Hkv * s.D;
+  auto rows = qkv.narrow(0, seg.row, seg.n);
+  auto q = rows.narrow(1, 0, qd).view({seg.n, s.H, s.D}).transpose(0, 1).unsqueeze(0);  // [1, H, n, D]
+  at::Tensor k, v;
+  if (seg.context_slots.defined()) {
+    k = k_cache.index_select(0, seg.context_slots);  // [ctx, Hkv, D]
+    v = v_cache.index_select(0, seg.context_slots);
+  } else {
+    k = rows.narrow(1, qd, kd).view({seg.n, s.Hkv, s.D});
+    v = rows.narrow(1, qd + kd, kd).view({seg.n, s.Hkv, s.D});
+  }
+  k = k.transpose(0, 1).unsqueeze(0);  // [1, Hkv, ctx, D]
+  v = v.transpose(0, 1).unsqueeze(0);
+  const bool causal = !seg.mask.defined();
+  auto out = at::scaled_dot_product_attention(q, k, v, causal ? std::optional<at::Tensor>() : seg.mask, 0.0,
+                                              causal, std::nullopt, /*enable_gqa=*/true);
+  return out.squeeze(0).transpose(0, 1);  // [n, H, D]
+}
+
+}  // namespace
+
+at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, const std::vector<int64_t>& starts,
+                   const std::vector<int64_t>& num_tokens, int64_t num_decodes, const std::vector<at::Tensor>& weights,
+                   at::Tensor k_pool, at::Tensor v_pool, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
+                   int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, int64_t block_size, double eps) {
+  TORCH_CHECK(input_ids.dim() == 1 && block_tables.scalar_type() == at::kInt, "bad metadata");
+  TORCH_CHECK(k_pool.scalar_type() == at::kFloat && k_pool.is_contiguous() && v_pool.is_contiguous(),
+              "the fused forward takes a contiguous float32 KV pool");
+  const Shape s{num_heads, num_kv_heads, head_dim, block_size, eps};
+  const int64_t L = k_pool.size(0), T = input_ids.size(0), S = static_cast<int64_t>(starts.size());
+  const int64_t max_blocks = block_tables.size(1);
+  TORCH_CHECK(static_cast<int64_t>(weights.size()) == 2 + 6 * L, "expected ", 2 + 6 * L, " weight tensors");
+  const int32_t* tables = block_tables.data_ptr<int32_t>();
+
+  // Per-token positions and slots; per-segment context slots and masks (shared by every layer).
+  std::vector<int64_t> positions(T), slots(T), context_lens(num_decodes);
+  std::vector<Segment> segments;
+  int64_t row = 0;
+  for (int64_t i = 0; i < S; ++i) {
+    for (int64_t j = 0; j < num_tokens[i]; ++j, ++row) {
+      const int64_t pos = starts[i] + j;
+      positions[row] = pos;
+      slots[row] = static_cast<int64_t>(tables[i * max_blocks + pos / block_size]) * block_size + pos % block_size;
+    }
+    if (i < num_decodes) {
+      context_lens[i] = starts[i] + 1;
+      continue;
+    }
+    Segment seg{row - num_tokens[i], num_tokens[i], starts[i], {}, {}};
+    if (seg.start > 0) {
+      const int64_t ctx = seg.start + seg.n;
+      seg.context_slots = at::empty({ctx}, at::kLong);
+      auto* cs = seg.context_slots.data_ptr<int64_t>();
+      for (int64_t p = 0; p < ctx; ++p)
+        cs[p] = static_cast<int64_t>(tables[i * max_blocks + p / block_size]) * block_size + p % block_size;
+      auto allowed = at::ones({seg.n, ctx}, at::kBool).tril(seg.start);
+      seg.mask = at::zeros({seg.n, ctx}, at::kFloat).masked_fill_(allowed.logical_not(), -INFINITY);
+    }
+    segments.push_back(std::move(seg));
+  }
+  TORCH_CHECK(row == T, "num_tokens sum to ", row, ", input_ids has ", T);
+
+  auto x = weights[0].index_select(0, input_ids);  // [T, C]
+  auto attn = at::empty({T, num_heads * head_dim}, x.options());
+  for (int64_t layer = 0; layer < L; ++layer) {
+    const at::Tensor* w = &weights[1 + 6 * layer];
+    auto k_cache = k_pool[layer].view({-1, num_kv_heads * head_dim});
+    auto v_cache = v_pool[layer].view({-1, num_kv_heads * head_dim});
+    auto qkv = at::mm(rms_norm(x, w[0], eps), w[1]);  // [T, (H + 2Hkv) D]
+    rope_and_cache_write(qkv, rope_cos, rope_sin, positions, slots, k_cache, v_cache, s);
+    if (num_decodes > 0) paged_decode_attention(qkv, k_cache, v_cache, tables, max_blocks, context_lens, attn, s);
+    auto k_heads = k_pool[layer], v_heads = v_pool[layer];  // [num_slots, Hkv, D]
+    for (const auto& seg : segments)
+      attn.narrow(0, seg.row, seg.n).view({seg.n, num_heads, head_dim})
+          .copy_(segment_attention(qkv, seg, k_heads, v_heads, s));
+    x = at::addmm(x, attn, w[2]);
+    x = at::addmm(x, silu_mul(at::mm(rms_norm(x, w[3], eps), w[4])), w[5]);
+  }
+  return rms_norm(x, weights.back(), eps);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("forward", &forward, "TinyGPT forward over a paged KV pool (float32, CPU)");
+}

@@ -1,0 +1,70 @@
+// The fused kernels between TinyGPT's matmuls (float32, CPU). See fused_forward.cpp.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace chunklab {
+
+struct Shape {
+  int64_t H, Hkv, D, block_size;  // query heads, KV heads, head dim, tokens per KV block
+  double eps;
+};
+
+// 16 floats, lowered by GCC to one AVX-512 register or two AVX2 ones.
+typedef float f16v __attribute__((vector_size(64)));
+typedef float f16v_u __attribute__((vector_size(64), aligned(4)));  // for unaligned loads/stores
+typedef int32_t i16v __attribute__((vector_size(64)));
+
+// exp(x), ~2 ulp over float range (Cephes' expf polynomial); exp(-87) ~ 1.6e-38 stands in
+// for exp(-inf) = 0. Plain arithmetic so it vectorises: a scalar libm call per element
+// made the first decode kernel slower than the eager path it replaced.
+template <typename V, typename I>
+inline V exp_poly(V x, V lo, V hi) {
+  x = x < lo ? lo : x;
+  x = x > hi ? hi : x;
+  const V t = x * 1.44269504088896341f + 128.5f;  // > 0, so truncation is floor
+  const I ni = __builtin_convertvector(t, I) - 128;
+  const V n = __builtin_convertvector(ni, V);
+  const V r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  V p = r * 1.9875691500E-4f + 1.3981999507E-3f;
+  p = p * r + 8.3334519073E-3f;
+  p = p * r + 4.1665795894E-2f;
+  p = p * r + 1.6666665459E-1f;
+  p = p * r + 5.0000001201E-1f;
+  p = p * r * r + r + 1.0f;
+  const I bits = (ni + 127) << 23;  // 2^n
+  return p * reinterpret_cast<const V&>(bits);
+}
+
+inline f16v exp16(f16v x) { return exp_poly<f16v, i16v>(x, f16v{} - 87.0f, f16v{} + 88.0f); }
+
+inline float exp1(float x) {
+  const f16v v = exp16(f16v{} + x);
+  return v[0];
+}
+
+// out[t] = x[t] * rsqrt(mean(x[t]^2) + eps) * w
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
+
+// Rotates q and k heads of qkv [T, (H+2Hkv)D] in place (rotate-half RoPE) and writes
+// each token's k and v to its slot of this layer's cache [num_slots, Hkv * D].
+void rope_and_cache_write(at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,
+                          const std::vector<int64_t>& positions, const std::vector<int64_t>& slots,
+                          at::Tensor& k_cache, at::Tensor& v_cache, const Shape& s);
+
+// act[t] = silu(gate[t]) * up[t] for gate_up [T, 2F] = [gate | up]
+at::Tensor silu_mul(const at::Tensor& gate_up);
+
+// Decode rows 0..B-1 of qkv, one per sequence, against their paged contexts
+// [0, context_lens[b]); writes out [B, H*D] rows. tables: [B, max_blocks] block ids.
+void paged_decode_attention(const at::Tensor& qkv, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                            const int32_t* tables, int64_t max_blocks, const std::vector<int64_t>& context_lens,
+                            at::Tensor& out, const Shape& s);
+
+}  // namespace chunklab

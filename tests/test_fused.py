@@ -1,0 +1,112 @@
+"""The fused C++ forward (engine.compile=true) against the transformers oracle and the eager model."""
+import dataclasses
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from chunklab.config import EngineConfig, TinyGPTConfig
+from chunklab.engine.model_runner import ModelRunner
+from chunklab.model import native
+from chunklab.model.attention import AttentionMetadata, DecodeBatch, PrefillSegment
+from chunklab.model.tiny_gpt import TinyGPT
+from helpers import MICRO
+
+BLOCK = 16
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return TinyGPT.from_seed(TinyGPTConfig(), seed=0)
+
+
+def _pool(cfg, num_blocks=256):
+    shape = (cfg.num_layers, num_blocks * BLOCK, cfg.num_kv_heads, cfg.head_dim)
+    return torch.zeros(shape), torch.zeros(shape)
+
+
+def _tables(num_seqs, num_blocks, pool_blocks=256, seed=0):
+    """Disjoint, randomly placed blocks per sequence: [num_seqs, num_blocks] int32."""
+    perm = torch.randperm(pool_blocks, generator=torch.Generator().manual_seed(seed))
+    return perm[:num_seqs * num_blocks].view(num_seqs, num_blocks).to(torch.int32)
+
+
+def _slots(table_row, start, end):
+    pos = torch.arange(start, end)
+    return table_row.long()[pos // BLOCK] * BLOCK + pos % BLOCK
+
+
+@torch.inference_mode()
+def test_prompt_then_decode_logits_match_llama(tiny):
+    transformers = pytest.importorskip("transformers")  # noqa: F841
+    from chunklab.model.hf_export import to_llama
+
+    fused = native.FusedForward(tiny, BLOCK)
+    prompt, new = 333, 4
+    ids = torch.randint(0, 260, (prompt + new,), generator=torch.Generator().manual_seed(2))
+    ref = to_llama(tiny)(ids[None]).logits[0]
+    table, kv, got = _tables(1, 22), _pool(tiny.cfg), []
+    for start in range(0, prompt, 64):  # chunks through the paged cache, then one token at a time
+        end = min(prompt, start + 64)
+        got.append(tiny.logits(fused(ids[start:end], table, [start], [end - start], 0, kv)))
+    for pos in range(prompt, prompt + new):
+        got.append(tiny.logits(fused(ids[pos:pos + 1], table, [pos], [1], 1, kv)))
+    torch.testing.assert_close(torch.cat(got), ref, atol=1e-4, rtol=0)
+
+
+def _eager_mixed_step(model, ids, table, contexts, chunk, kv):
+    """The eager model on one mixed step: decodes at `contexts`, then one chunk (start, n)."""
+    B = len(contexts)
+    width = max(contexts) + 1
+    dec_slots = torch.stack([F.pad(_slots(table[b], 0, c + 1), (0, width - c - 1)) for b, c in enumerate(contexts)])
+    valid = torch.arange(max(contexts) + 1)[None, :] <= torch.tensor(contexts)[:, None]
+    new_slots = torch.stack([_slots(table[b], c, c + 1)[0] for b, c in enumerate(contexts)])
+    start, n = chunk
+    seg_slots = _slots(table[B], 0, start + n)
+    meta = AttentionMetadata(torch.cat([new_slots, seg_slots[start:]]), DecodeBatch.build(dec_slots, valid),
+                             [PrefillSegment.build(B, B + n, start + n, seg_slots if start else None)])
+    positions = torch.cat([torch.tensor(contexts), torch.arange(start, start + n)])
+    return model(ids, positions, meta, kv)
+
+
+@pytest.mark.parametrize("shape", [
+    dict(),  # the micro model: head_dim 16, 2 query heads per KV head (vector kernel)
+    dict(num_heads=8, num_kv_heads=1, head_dim=24, d_model=96),  # head_dim 24: the scalar kernel
+    dict(num_heads=4, num_kv_heads=4, head_dim=32, d_model=128),  # no GQA
+])
+@pytest.mark.parametrize("chunk", [(0, 37), (53, 29)])  # a first chunk; one after a cached prefix
+@torch.inference_mode()
+def test_mixed_step_matches_the_eager_model(shape, chunk):
+    cfg = dataclasses.replace(MICRO, dtype="float32", **shape)
+    model = TinyGPT.from_seed(cfg, seed=4)
+    contexts = [0, 15, 16, 40, 77]  # decode positions: block edges, first token, a few blocks in
+    table = _tables(len(contexts) + 1, 8, seed=1)
+    kv_eager, kv_fused = _pool(cfg), _pool(cfg)
+    for t in (*kv_eager, *kv_fused):  # identical, non-zero history in every slot
+        t.copy_(torch.randn(t.shape, generator=torch.Generator().manual_seed(5)))
+    n = len(contexts) + chunk[1]
+    ids = torch.randint(0, 260, (n,), generator=torch.Generator().manual_seed(6))
+    want = _eager_mixed_step(model, ids, table, contexts, chunk, kv_eager)
+    got = native.FusedForward(model, BLOCK)(ids, table, contexts + [chunk[0]], [1] * len(contexts) + [chunk[1]],
+                                            len(contexts), kv_fused)
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(kv_fused[0], kv_eager[0], atol=1e-6, rtol=1e-5)  # same cache writes
+
+
+def test_runner_reports_its_path(caplog):
+    f32 = dataclasses.replace(MICRO, dtype="float32")
+    assert ModelRunner(f32, EngineConfig(num_blocks=8)).forward_path == "fused"
+    assert ModelRunner(f32, EngineConfig(num_blocks=8, compile=False)).forward_path == "eager"
+    assert ModelRunner(MICRO, EngineConfig(num_blocks=8)).forward_path.startswith("eager (the fused forward is float32")
+
+
+def test_a_failed_build_falls_back_to_eager_with_a_warning(monkeypatch, caplog):
+    def broken():
+        raise native.NativeUnavailable("building the fused forward failed: g++: not found")
+
+    monkeypatch.setattr(native, "load_extension", broken)
+    with caplog.at_level(logging.WARNING):
+        runner = ModelRunner(dataclasses.replace(MICRO, dtype="float32"), EngineConfig(num_blocks=8))
+    assert runner.forward_path == "eager (building the fused forward failed: g++: not found)"
+    assert "running eager" in caplog.text
