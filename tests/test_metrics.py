@@ -90,3 +90,12 @@ def test_slowdown_of_a_real_run_is_at_least_about_one():
     s = summarize(recs, result.steps, result.makespan_s, SloConfig())
     assert s["slowdown_p50"] > 1.0  # twelve requests at once: each waits for the others
     assert "class_long_slowdown_p50" in s and "class_short_slowdown_p50" in s
+
+
+def test_steps_csv_written_in_chunks_equals_one_frame(tmp_path):
+    log = StepLog.of(StepRecord(i * 0.1, 1e-3 / (i + 1), i % 8, 7 * i, i % 3, 3, 2, 1000 - i, 0,
+                                None if i % 5 == 0 else 0.3 * i) for i in range(2503))
+    log.write_csv(tmp_path / "chunked.csv", chunk_rows=1000)
+    log.to_frame().to_csv(tmp_path / "whole.csv", index_label="step")
+    assert (tmp_path / "chunked.csv").read_bytes() == (tmp_path / "whole.csv").read_bytes()
+    assert len((tmp_path / "chunked.csv").read_text().splitlines()) == 2504

@@ -69,9 +69,16 @@ def test_probe_runs_exactly_the_wanted_shapes(mixed_batch):
     wanted = [StepShape((40,), (), mixed_batch), StepShape((), (Segment(64, 0, True),), mixed_batch),
               StepShape((100, 17, 300), (Segment(30, 200, False),), mixed_batch),
               StepShape((50,), (Segment(16, 0, True), Segment(20, 0, True), Segment(64, 32, False)), mixed_batch)]
+    timed, lead_ins = [], []
     for shape in wanted:
+        spy.shapes.clear()
         assert probe.time_step(shape) > 0
-    assert spy.shapes == wanted
+        timed.append(spy.shapes[-1])
+        lead_ins.append(spy.shapes[:-1])
+    assert timed == wanted
+    # the decode rows decoded just before, at the preceding positions, on the same sequences
+    assert lead_ins[2] == [StepShape((100 - k, 17 - k, 300 - k), (), mixed_batch) for k in (2, 1)]
+    assert lead_ins[1] == [wanted[1]]  # no decode rows: the shape itself, on other sequences
     assert probe.engine.block_manager.num_used_blocks == 0
 
 

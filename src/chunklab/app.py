@@ -89,7 +89,7 @@ def write_files(run_dir: Path, cfg: RunConfig, summary, cond, records, result: S
     paths[0].write_text(json.dumps(doc, indent=2, default=str))
     rows = [{k: getattr(r, k) for k in REQUEST_COLUMNS} for r in records]
     pd.DataFrame(rows, columns=REQUEST_COLUMNS).to_csv(paths[1], index=False)
-    result.steps.to_frame().to_csv(paths[2], index_label="step")
+    result.steps.write_csv(paths[2])
     from chunklab.plots import latency_figure  # matplotlib: loaded when a run has something to draw
 
     kind = "simulated" if cfg.engine.executor == "simulated" else "measured"
