@@ -40,16 +40,23 @@ inline f16v sum_lanes16(f16v* t) {
          pick<8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31>(t[0], t[1]);
 }
 
-inline float max_lane(f16v v) {
-  float m = v[0];
-  for (int i = 1; i < 16; ++i) m = std::max(m, v[i]);
-  return m;
+inline f16v vmax(f16v a, f16v b) { return a > b ? a : b; }
+
+// The max (sum) of v's 16 lanes, in four shuffle steps rather than 15 lane extracts.
+inline float max_lanes(f16v v) {
+  v = vmax(v, pick<8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7>(v, v));
+  v = vmax(v, pick<4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11>(v, v));
+  v = vmax(v, pick<2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13>(v, v));
+  v = vmax(v, pick<1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14>(v, v));
+  return v[0];
 }
 
-inline float sum_lane(f16v v) {
-  float s = 0.f;
-  for (int i = 0; i < 16; ++i) s += v[i];
-  return s;
+inline float sum_lanes(f16v v) {
+  v += pick<8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7>(v, v);
+  v += pick<4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11>(v, v);
+  v += pick<2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13>(v, v);
+  v += pick<1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14>(v, v);
+  return v[0];
 }
 
 struct Pool {
@@ -64,15 +71,15 @@ void decode_item_vec(const float* q_row, int64_t G, const Pool& pool, const int3
                      int64_t ctx, int64_t head_offset, float* out_row) {
   constexpr int64_t D = kC * 16;
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
-  f16v q[kMaxG][kC], acc[kMaxG][kC], p[kMaxG];
-  float m[kMaxG], l[kMaxG];
+  f16v q[kMaxG][kC], acc[kMaxG][kC], p[kMaxG], l[kMaxG];  // l: softmax denominators, by lane
+  float m[kMaxG];
   for (int64_t g = 0; g < G; ++g) {
     for (int64_t c = 0; c < kC; ++c) {
       q[g][c] = load(q_row + g * D + c * 16) * scale;
       acc[g][c] = f16v{};
     }
     m[g] = kNegInf;
-    l[g] = 0.f;
+    l[g] = f16v{};
   }
   const i16v lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   const float* krow[16];
@@ -98,11 +105,11 @@ void decode_item_vec(const float* q_row, int64_t G, const Pool& pool, const int3
       }
       f16v scores = sum_lanes16(t);
       scores = lane < static_cast<int32_t>(n) ? scores : f16v{} + kNegInf;
-      const float new_max = std::max(m[g], max_lane(scores));
+      const float new_max = std::max(m[g], max_lanes(scores));
       p[g] = exp16(scores - new_max);
       p[g] = lane < static_cast<int32_t>(n) ? p[g] : f16v{};
       const float correction = exp1(m[g] - new_max);  // ~0 on the first keys (m = -inf)
-      l[g] = l[g] * correction + sum_lane(p[g]);
+      l[g] = l[g] * correction + p[g];
       for (int64_t c = 0; c < kC; ++c) acc[g][c] *= correction;
       m[g] = new_max;
     }
@@ -112,8 +119,10 @@ void decode_item_vec(const float* q_row, int64_t G, const Pool& pool, const int3
         for (int64_t g = 0; g < G; ++g) acc[g][c] += p[g][j] * v;
       }
   }
-  for (int64_t g = 0; g < G; ++g)
-    for (int64_t c = 0; c < kC; ++c) *reinterpret_cast<f16v_u*>(out_row + g * D + c * 16) = acc[g][c] / l[g];
+  for (int64_t g = 0; g < G; ++g) {
+    const float denominator = sum_lanes(l[g]);
+    for (int64_t c = 0; c < kC; ++c) *reinterpret_cast<f16v_u*>(out_row + g * D + c * 16) = acc[g][c] / denominator;
+  }
 }
 
 // Any head dim: scalar loops (the micro test model, unusual shapes).
