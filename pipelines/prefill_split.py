@@ -34,7 +34,9 @@ def main() -> None:
         print(f"{impl:>5} chunk {chunk:>5}: {1e3 * med:8.1f} ms", flush=True)
     OUTPUTS.mkdir(exist_ok=True)
     pd.DataFrame(rows).to_csv(OUTPUTS / "prefill_split.csv", index=False, float_format="%.4f")
-    cond = conditions(cfg, bench.make_engine(cfg.model, EngineConfig()).executor.model.num_parameters())
+    executor = bench.make_engine(cfg.model, EngineConfig()).executor
+    cond = conditions(cfg, executor.model.num_parameters(),
+                      forward_path=f"{executor.forward_path} (naive-attention rows: eager)")
     cond["workload"] = f"one {p['prompt_tokens']}-token prompt, {p['repeats']} timed runs after a warm-up"
     write_json(OUTPUTS / "prefill_split_conditions.json",
                cond | {"matmul_gflops": peak, "prefill_gflop": flops / 1e9, "line": conditions_line(cond)})

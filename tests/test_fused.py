@@ -99,6 +99,8 @@ def test_runner_reports_its_path(caplog):
     assert ModelRunner(f32, EngineConfig(num_blocks=8)).forward_path == "fused"
     assert ModelRunner(f32, EngineConfig(num_blocks=8, compile=False)).forward_path == "eager"
     assert ModelRunner(MICRO, EngineConfig(num_blocks=8)).forward_path.startswith("eager (the fused forward is float32")
+    naive = dataclasses.replace(f32, attention="naive")
+    assert ModelRunner(naive, EngineConfig(num_blocks=8)).forward_path.startswith("eager (model.attention=naive")
 
 
 def test_a_failed_build_falls_back_to_eager_with_a_warning(monkeypatch, caplog):

@@ -51,6 +51,8 @@ class ModelRunner:
         Returns (forward or None, the path's name as the run's conditions record it)."""
         if not engine_cfg.compile:
             return None, "eager"
+        if self.attention_impl != "sdpa":
+            return None, f"eager (model.attention={self.attention_impl} is an eager-only ablation)"
         if self.dtype != torch.float32 or self.device.type != "cpu":
             return None, f"eager (the fused forward is float32 on CPU; this run is {self.dtype} on {self.device.type})"
         from chunklab.model.native import FusedForward, NativeUnavailable
