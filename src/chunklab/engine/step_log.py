@@ -41,13 +41,17 @@ class StepLog:
     def __iter__(self):
         return (self[i] for i in range(len(self)))
 
-    def to_frame(self, start: int = 0, end: int | None = None):
+    def arrays(self) -> dict:
+        """The columns as numpy arrays (views, no copy)."""
         import numpy as np
+
+        return {name: np.frombuffer(c, dtype=float if c.typecode == "d" else np.int64) for name, c in self.columns.items()}
+
+    def to_frame(self, start: int = 0, end: int | None = None):
         import pandas as pd
 
         end = len(self) if end is None else min(end, len(self))
-        return pd.DataFrame({name: np.frombuffer(c, dtype=float if c.typecode == "d" else np.int64)[start:end]
-                             for name, c in self.columns.items()}, index=pd.RangeIndex(start, end))
+        return pd.DataFrame({name: a[start:end] for name, a in self.arrays().items()}, index=pd.RangeIndex(start, end))
 
     def write_csv(self, path, chunk_rows: int = 100_000) -> None:
         """steps.csv, a chunk of rows at a time: one frame of a replayed trace's ~10^6 steps

@@ -82,7 +82,7 @@ def class_summary(label: str, records: list[RequestRecord], slo: SloConfig) -> d
 def step_summary(steps: StepLog, num_chunked_prefills: int) -> dict[str, float]:
     if not len(steps):
         return {}
-    col = {name: np.frombuffer(c, dtype=float if c.typecode == "d" else np.int64) for name, c in steps.columns.items()}
+    col = steps.arrays()
     tokens = col["num_decode_tokens"] + col["num_prefill_tokens"]
     durations = col["duration_s"]
     return {
