@@ -103,8 +103,10 @@ def limits(p, cfg) -> list[dict]:
     decode_s = by_path(lambda e: bench.decode_step_s(m, e, 8, ctx, p["repeats"] * 2))
     weights, kv = bench.decode_bytes(m, 8, ctx)
     step_s = by_path(lambda e: bench.step_overhead_s(m, e, 150))
-    growth = {k: (lambda early_late: early_late[1] / early_late[0])(bench.overhead_by_finished(m, e, p["overhead_requests"]))
-              for k, e in PATHS.items()}
+    growth = {}
+    for k, e in PATHS.items():
+        early, late = bench.overhead_by_finished(m, e, p["overhead_requests"])
+        growth[k] = late / early
     prompts = bench.static_batch_prompts(8, p["hf_prompt_tokens"])
     # alternated, median of three each: one run of any of them swung by 2x on this shared VM
     runs = [{**{k: bench.engine_batch_tokens_per_s(m, e, prompts, p["hf_new_tokens"]) for k, e in PATHS.items()},

@@ -88,7 +88,7 @@ void decode_item_vec(const float* q_row, int64_t G, const Pool& pool, const int3
     const int64_t n = std::min<int64_t>(16, ctx - p0);
     for (int64_t j = 0; j < n; ++j) {
       const int64_t pos = p0 + j;
-      const int64_t slot = static_cast<int64_t>(table[pos / block_size]) * block_size + pos % block_size;
+      const int64_t slot = slot_of(table, pos, block_size);
       krow[j] = pool.k + slot * pool.kv_row + head_offset;
       vrow[j] = pool.v + slot * pool.kv_row + head_offset;
     }
@@ -134,7 +134,7 @@ void decode_item_scalar(const float* q_row, int64_t G, int64_t D, const Pool& po
     const float* qg = q_row + g * D;
     float mx = kNegInf;
     for (int64_t pos = 0; pos < ctx; ++pos) {
-      const int64_t slot = static_cast<int64_t>(table[pos / block_size]) * block_size + pos % block_size;
+      const int64_t slot = slot_of(table, pos, block_size);
       const float* k = pool.k + slot * pool.kv_row + head_offset;
       float dot = 0.f;
       for (int64_t d = 0; d < D; ++d) dot += qg[d] * k[d];
@@ -145,7 +145,7 @@ void decode_item_scalar(const float* q_row, int64_t G, int64_t D, const Pool& po
     std::fill(o, o + D, 0.f);
     float sum = 0.f;
     for (int64_t pos = 0; pos < ctx; ++pos) {
-      const int64_t slot = static_cast<int64_t>(table[pos / block_size]) * block_size + pos % block_size;
+      const int64_t slot = slot_of(table, pos, block_size);
       const float* v = pool.v + slot * pool.kv_row + head_offset;
       const float w = std::exp(scores[pos] - mx);
       sum += w;

@@ -60,7 +60,7 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
   TORCH_CHECK(input_ids.dim() == 1 && block_tables.scalar_type() == at::kInt, "bad metadata");
   TORCH_CHECK(k_pool.scalar_type() == at::kFloat && k_pool.is_contiguous() && v_pool.is_contiguous(),
               "the fused forward takes a contiguous float32 KV pool");
-  const Shape s{num_heads, num_kv_heads, head_dim, block_size, eps};
+  const Shape s{num_heads, num_kv_heads, head_dim, block_size};
   const int64_t L = k_pool.size(0), T = input_ids.size(0), S = static_cast<int64_t>(starts.size());
   const int64_t max_blocks = block_tables.size(1);
   TORCH_CHECK(static_cast<int64_t>(weights.size()) == 2 + 6 * L, "expected ", 2 + 6 * L, " weight tensors");
@@ -74,7 +74,7 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
     for (int64_t j = 0; j < num_tokens[i]; ++j, ++row) {
       const int64_t pos = starts[i] + j;
       positions[row] = pos;
-      slots[row] = static_cast<int64_t>(tables[i * max_blocks + pos / block_size]) * block_size + pos % block_size;
+      slots[row] = slot_of(tables + i * max_blocks, pos, block_size);
     }
     if (i < num_decodes) {
       context_lens[i] = starts[i] + 1;
@@ -86,7 +86,7 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
       seg.context_slots = at::empty({ctx}, at::kLong);
       auto* cs = seg.context_slots.data_ptr<int64_t>();
       for (int64_t p = 0; p < ctx; ++p)
-        cs[p] = static_cast<int64_t>(tables[i * max_blocks + p / block_size]) * block_size + p % block_size;
+        cs[p] = slot_of(tables + i * max_blocks, p, block_size);
       auto allowed = at::ones({seg.n, ctx}, at::kBool).tril(seg.start);
       seg.mask = at::zeros({seg.n, ctx}, at::kFloat).masked_fill_(allowed.logical_not(), -INFINITY);
     }
@@ -98,12 +98,11 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
   auto attn = at::empty({T, num_heads * head_dim}, x.options());
   for (int64_t layer = 0; layer < L; ++layer) {
     const at::Tensor* w = &weights[1 + 6 * layer];
-    auto k_cache = k_pool[layer].view({-1, num_kv_heads * head_dim});
-    auto v_cache = v_pool[layer].view({-1, num_kv_heads * head_dim});
+    auto k_heads = k_pool[layer], v_heads = v_pool[layer];  // [num_slots, Hkv, D]
+    auto k_cache = k_heads.view({-1, num_kv_heads * head_dim}), v_cache = v_heads.view({-1, num_kv_heads * head_dim});
     auto qkv = at::mm(rms_norm(x, w[0], eps), w[1]);  // [T, (H + 2Hkv) D]
     rope_and_cache_write(qkv, rope_cos, rope_sin, positions, slots, k_cache, v_cache, s);
     if (num_decodes > 0) paged_decode_attention(qkv, k_cache, v_cache, tables, max_blocks, context_lens, attn, s);
-    auto k_heads = k_pool[layer], v_heads = v_pool[layer];  // [num_slots, Hkv, D]
     for (const auto& seg : segments)
       attn.narrow(0, seg.row, seg.n).view({seg.n, num_heads, head_dim})
           .copy_(segment_attention(qkv, seg, k_heads, v_heads, s));

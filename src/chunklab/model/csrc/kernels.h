@@ -13,8 +13,12 @@ namespace chunklab {
 
 struct Shape {
   int64_t H, Hkv, D, block_size;  // query heads, KV heads, head dim, tokens per KV block
-  double eps;
 };
+
+// The pool slot of position pos of a sequence whose block table is `table`.
+inline int64_t slot_of(const int32_t* table, int64_t pos, int64_t block_size) {
+  return static_cast<int64_t>(table[pos / block_size]) * block_size + pos % block_size;
+}
 
 // 16 floats, lowered by GCC to one AVX-512 register or two AVX2 ones.
 typedef float f16v __attribute__((vector_size(64)));
