@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -17,25 +16,19 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from hydra.types import RunMode
-from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from chunklab.config import ChunklabError, RunConfig
+from chunklab.paths import PROJECT_ENV
 from chunklab.interrupts import Interrupted
 from chunklab.schema import error_line, register, to_run_config
 from chunklab.tracking.naming import SWEEP_KEYS_ENV, run_name
 
+# The project is this file's folder (Hydra reads conf/ from here): profiles, caches and relative
+# paths resolve against it (chunklab.paths), whichever checkout the package was installed from.
+os.environ[PROJECT_ENV] = str(Path(__file__).resolve().parent)
 register()  # the typed schema conf/config.yaml names first in its defaults list
-
-
-def typed_config(cfg: DictConfig) -> RunConfig:
-    run_cfg = to_run_config(cfg)
-    trace = run_cfg.workload.trace
-    if trace.path:  # relative to where the user ran the command, not the run folder
-        trace = dataclasses.replace(trace, path=to_absolute_path(trace.path))
-        run_cfg = dataclasses.replace(run_cfg, workload=dataclasses.replace(run_cfg.workload, trace=trace))
-    return run_cfg
 
 
 def run_tags(hc) -> dict[str, str]:
@@ -50,7 +43,7 @@ def run_tags(hc) -> dict[str, str]:
 def main(cfg: DictConfig) -> float:
     """Returns the run's goodput (req/s), which a Hydra sweeper (Optuna) can maximise."""
     try:
-        run_cfg = typed_config(cfg)  # validated before torch and mlflow are even imported
+        run_cfg = to_run_config(cfg)  # validated before torch and mlflow are even imported
         from chunklab.app import run_tracked
 
         hc = HydraConfig.get()

@@ -1,4 +1,4 @@
-"""Stage sim_traces (simulated): every row of the Azure conversation trace (../shared/traces/)
+"""Stage sim_traces (simulated): every row of the Azure conversation trace (data/traces/)
 at its own timestamps, per budget, and one time-compressed replay past capacity: per-class
 (long/short prompt) TTFT and slowdown, and the queue length over time.
 

@@ -61,7 +61,7 @@ def test_design_multirun_logs_three_finished_runs(tmp_path):
     ("scheduler.budget=0", "scheduler.budget=0"),
     ("workload.rate_per_s=-1", "workload.rate_per_s=-1.0"),
     ("scheduler.ordering=lifo", "scheduler.ordering='lifo'"),
-    ("workload=azure_conv", None),  # a missing trace file, where shared/ is absent
+    ("workload=azure_conv", None),  # a missing trace file
 ])
 def test_bad_input_one_line_no_traceback_no_run(tmp_path, override, message):
     extra = ["workload.trace.path=/no/such/trace.csv"] if override == "workload=azure_conv" else []

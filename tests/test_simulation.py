@@ -22,7 +22,6 @@ from chunklab.metrics.summary import noise_guard
 from helpers import MICRO
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_TRACE = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 
 
 def seq(num_prompt: int, num_computed: int) -> Sequence:
@@ -117,16 +116,15 @@ def test_a_simulated_run_never_imports_torch(tmp_path):
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
-WORKLOADS = ["ch10_mixed", "short_prompts"] + (["azure_conv"] if SHARED_TRACE.is_file() else [])
+WORKLOADS = ["ch10_mixed", "short_prompts", "azure_conv"]  # the trace as vendored (data/traces/)
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
 @pytest.mark.parametrize("scheduler", ["decode_first", "prefill_first", "sarathi"])
 @pytest.mark.parametrize("slo", ["ch10", "itl_p99"])
 def test_every_workload_scheduler_and_slo_simulates(tmp_path, workload, scheduler, slo):
-    extra = [f"workload.trace.path={SHARED_TRACE}"] if workload == "azure_conv" else []
     out = run_experiment(sim_config(f"workload={workload}", f"scheduler={scheduler}", f"slo={slo}",
-                                    "workload.num_requests=40", "slowdown=true", *extra), tmp_path)
+                                    "workload.num_requests=40", "slowdown=true"), tmp_path)
     assert out.summary["num_finished"] + out.summary["num_rejected"] == 40
     assert 0 <= out.summary["slo_attainment"] <= 1
 

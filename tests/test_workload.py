@@ -9,7 +9,7 @@ from chunklab.workload.azure_trace import TraceError, read_rows, trace_requests
 from chunklab.workload.synthetic import synthetic_requests
 from helpers import workload
 
-REAL_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+REAL_TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 
 
 def test_same_config_same_requests_and_seed_changes_them():
@@ -88,7 +88,6 @@ def test_bad_header_and_missing_file(tmp_path):
         read_rows(tmp_path / "none.csv", 0, 10)
 
 
-@pytest.mark.skipif(not REAL_TRACE.is_file(), reason="the shared Azure trace is not present here")
 def test_real_azure_trace():
     cfg = workload(kind="trace", num_requests=500, trace=TraceConfig(path=str(REAL_TRACE)))
     reqs, stats = trace_requests(cfg, max_seq_len=2048, vocab_size=260)

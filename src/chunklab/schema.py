@@ -15,6 +15,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from chunklab.config import ConfigError, RunConfig, validate
+from chunklab.paths import in_project
 
 SCHEMA_NAME = "chunklab_schema"
 
@@ -47,10 +48,21 @@ def to_run_config(cfg: DictConfig) -> RunConfig:
         run_cfg = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as err:
         raise ConfigError(error_line(err)) from None
+    run_cfg = with_project_paths(run_cfg)
     validate(run_cfg)
     from chunklab.experiments.load import resolve_load  # simulates (once per workload and profile)
 
     return resolve_load(run_cfg)
+
+
+def with_project_paths(cfg: RunConfig) -> RunConfig:
+    """A relative workload.trace.path is taken from the project directory (chunklab.paths), like
+    engine.profile, whatever folder the command or a Hydra job runs in."""
+    trace = cfg.workload.trace
+    if not trace.path:
+        return cfg
+    trace = dataclasses.replace(trace, path=str(in_project(trace.path)))
+    return dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, trace=trace))
 
 
 def _unknown_keys(node: DictConfig, prefix: str = "") -> list[str]:

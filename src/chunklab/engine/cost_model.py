@@ -12,9 +12,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from chunklab.config import ConfigError, EngineConfig, ModelConfig, PROJECT_ROOT
+from chunklab.config import ConfigError, EngineConfig, ModelConfig
 from chunklab.engine.scheduler import StepPlan
 from chunklab.engine.step_shape import FEATURES, StepShape
+from chunklab.paths import in_project
 
 PROFILE_FORMAT = 1
 
@@ -29,9 +30,8 @@ def applies_to(model: ModelConfig, engine: EngineConfig) -> dict:
 
 
 def profile_path(engine: EngineConfig) -> Path:
-    """engine.profile; a relative path is taken from the project root (where conf/ is)."""
-    path = Path(engine.profile)
-    return path if path.is_absolute() else PROJECT_ROOT / path
+    """engine.profile; a relative path is taken from the project directory (chunklab.paths)."""
+    return in_project(engine.profile)
 
 
 @dataclass(frozen=True)

@@ -5,16 +5,18 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from chunklab.config import PROJECT_ROOT, ConfigError, RunConfig
+from chunklab.config import ConfigError, RunConfig
+from chunklab.paths import MARKER, project_dir
 from chunklab.schema import error_line, register, to_run_config
 
-CONF_DIR = PROJECT_ROOT / "conf"
-
-
 def compose_run_config(overrides: list[str]) -> RunConfig:
+    """The project's conf/ (chunklab.paths) composed with overrides, as run.py would."""
+    root = project_dir()
+    if not (root / MARKER).is_file():
+        raise ConfigError(f"no {MARKER} in {root} or above: run from a chunklab checkout (or set CHUNKLAB_PROJECT_DIR)")
     register()
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        with initialize_config_dir(config_dir=str(root / "conf"), version_base="1.3"):
             cfg = compose(config_name="config", overrides=overrides)
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(error_line(err)) from None

@@ -12,14 +12,16 @@ import dataclasses
 import hashlib
 import json
 import os
+from pathlib import Path
 
-from chunklab.config import PROJECT_ROOT, RunConfig, SchedulerConfig
+from chunklab.config import RunConfig, SchedulerConfig
 from chunklab.engine.cost_model import load_cost_model
+from chunklab.paths import in_project
 
 CAPACITY_SEEDS = [1, 2, 3, 4, 5]  # as the sim stages' (params.yaml sim.seeds): load 1.0 = their capacity
 CAPACITY_REQUESTS = int(os.environ.get("CHUNKLAB_CAPACITY_REQUESTS", "2000"))  # fewer only in smoke tests
 CAPACITY_TARGET = 0.9
-CACHE_DIR = PROJECT_ROOT / ".cache" / "capacity"
+CACHE_DIR = Path(".cache") / "capacity"  # in the project directory (chunklab.paths)
 
 
 def reference_config(cfg: RunConfig) -> RunConfig:
@@ -43,7 +45,7 @@ def workload_capacity(cfg: RunConfig) -> float:
     from chunklab.experiments.sim_capacity import search_capacity
 
     cost_model, _ = load_cost_model(cfg.model, cfg.engine, required=True)
-    path = CACHE_DIR / f"{cache_key(cfg, cost_model.digest)}.json"
+    path = in_project(CACHE_DIR) / f"{cache_key(cfg, cost_model.digest)}.json"
     if path.is_file():
         return json.loads(path.read_text())["capacity_req_per_s"]
     found = search_capacity(reference_config(cfg), CAPACITY_SEEDS, CAPACITY_REQUESTS, CAPACITY_TARGET)

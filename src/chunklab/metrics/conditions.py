@@ -11,7 +11,8 @@ from pathlib import Path
 
 import psutil
 
-from chunklab.config import PROJECT_ROOT, RunConfig
+from chunklab.config import RunConfig
+from chunklab.paths import project_dir
 
 
 def cpu_model() -> str:
@@ -24,8 +25,13 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
-@functools.lru_cache(maxsize=None)  # two git calls (~50 ms) once per process, not once per run
-def git_state(root: Path = PROJECT_ROOT) -> tuple[str, bool]:
+def git_state() -> tuple[str, bool]:
+    """The project's commit and whether tracked files differ from it."""
+    return _git_state(project_dir())
+
+
+@functools.lru_cache(maxsize=None)  # two git calls (~50 ms) once per process and project, not once per run
+def _git_state(root: Path) -> tuple[str, bool]:
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
         status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,

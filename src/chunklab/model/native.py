@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from chunklab.config import PROJECT_ROOT
 from chunklab.model.tiny_gpt import TinyGPT
+from chunklab.paths import in_project
 
 CSRC = Path(__file__).parent / "csrc"
 SOURCES = ("fused_forward.cpp", "elementwise.cpp", "decode_attention.cpp")
@@ -43,7 +43,7 @@ def _cpu_tag() -> str:
 
 
 def build_directory() -> Path:
-    root = Path(os.environ.get("CHUNKLAB_EXTENSIONS_DIR", PROJECT_ROOT / ".cache" / "torch_extensions"))
+    root = in_project(os.environ.get("CHUNKLAB_EXTENSIONS_DIR", Path(".cache") / "torch_extensions"))
     return root / _cpu_tag()
 
 

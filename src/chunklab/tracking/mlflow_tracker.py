@@ -1,16 +1,15 @@
 """MLflow logging. Nothing else in chunklab imports mlflow."""
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import time
-import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
 from chunklab.config import TrackingConfig
 from chunklab.interrupts import Interrupted
+from chunklab.tracking.orphans import end_orphaned_runs, process_tags
 
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 STEP_SERIES = ("duration_s", "num_decode_tokens", "num_prefill_tokens", "num_running", "num_waiting", "num_free_blocks")
@@ -41,8 +40,15 @@ def ensure_experiment(cfg: TrackingConfig) -> None:
     """Creates the store and the experiment now, so parallel jobs never race to create them."""
     import mlflow
 
+    quiet_mlflow()
     mlflow.set_tracking_uri(tracking_uri(cfg))
     mlflow.set_experiment(cfg.experiment_name)
+
+
+def quiet_mlflow() -> None:
+    """MLflow's INFO lines (creating tables, creating the experiment, starting the sampler) are
+    not the user's business; its warnings still show."""
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
 
 
 class Tracker:
@@ -61,37 +67,40 @@ class Tracker:
         import mlflow
 
         ensure_experiment(self.cfg)
-        logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)  # no start/stop chatter per run
-        if self.cfg.system_metrics_interval_s > 0:
-            mlflow.set_system_metrics_sampling_interval(self.cfg.system_metrics_interval_s)
-        run = mlflow.start_run(run_name=self.cfg.run_name or name or None, tags=tags,
-                               log_system_metrics=self.cfg.system_metrics_interval_s > 0)
+        end_orphaned_runs()  # runs of this host that a SIGKILL left RUNNING
+        run = mlflow.start_run(run_name=self.cfg.run_name or name or None, tags=tags | process_tags(),
+                               log_system_metrics=False)
         self.run_id = run.info.run_id
+        sampler = None
+        if self.cfg.system_metrics_interval_s > 0:
+            from chunklab.tracking.system_metrics import SystemMetrics
+
+            sampler = SystemMetrics(self.run_id, self.cfg.system_metrics_interval_s)
+            sampler.start()
+        status = "FINISHED"
         try:
             mlflow.log_params(params)
             yield self
         except (Interrupted, KeyboardInterrupt):
-            mlflow.end_run("KILLED")
+            status = "KILLED"
             raise
         except BaseException:
-            mlflow.end_run("FAILED")
+            status = "FAILED"
             raise
-        mlflow.end_run("FINISHED")
+        finally:
+            if sampler is not None:
+                sampler.finish()
+            mlflow.end_run(status)
 
     def log_workload(self, name: str, requests, trace_path: str, spec: dict[str, str]) -> None:
         """The workload as an MLflow dataset input: the trace file (with its digest) or the synthetic spec."""
         if not self.cfg.enabled:
             return
         import mlflow
-        from mlflow.data.code_dataset_source import CodeDatasetSource
 
-        with warnings.catch_warnings():  # its schema hint is about model inputs, not a workload table
-            warnings.simplefilter("ignore", UserWarning)
-            if trace_path:
-                digest = hashlib.sha256(Path(trace_path).read_bytes()).hexdigest()[:16]
-                dataset = mlflow.data.from_pandas(requests, source=trace_path, name=name, digest=digest)
-            else:
-                dataset = mlflow.data.from_pandas(requests, source=CodeDatasetSource(tags=spec), name=name)
+        from chunklab.tracking.workload_dataset import workload_dataset
+
+        dataset = workload_dataset(requests, name, trace_path, spec)
         for attempt in range(5):
             try:
                 mlflow.log_input(dataset, context="workload")
