@@ -130,19 +130,17 @@ def test_a_run_killed_with_sigkill_is_ended_killed_by_the_next_run(tmp_path):
     assert "Traceback" not in nxt.stderr
 
 
-def test_a_single_run_is_named_after_its_experiment(tmp_path):
-    proc = run_cli(tmp_path, "experiment=ch10", "workload.num_requests=4", "slowdown=false")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert list(runs(tmp_path, "ch10")["tags.mlflow.runName"]) == ["ch10"]
-
-
-def test_the_default_store_is_where_the_command_runs(tmp_path):
+def test_a_single_run_is_named_after_its_experiment_in_a_store_where_the_command_runs(tmp_path):
+    """No MLFLOW_TRACKING_URI: mlflow.db in the current directory (not the project's), and the run
+    prints its result line and nothing else."""
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), *SMALL, "workload.num_requests=3",
-                           f"hydra.run.dir={tmp_path}/run"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), *SMALL, "experiment=ch10", "workload.num_requests=4",
+                           "slowdown=false", f"hydra.run.dir={tmp_path}/run"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "mlflow.db").is_file()
+    assert list(runs(tmp_path, "ch10")["tags.mlflow.runName"]) == ["ch10"]
+    assert proc.stderr == "" and len(proc.stdout.splitlines()) == 1 and proc.stdout.startswith("budget")
 
 
 def test_parallel_real_measurements_are_refused_in_one_line(tmp_path):

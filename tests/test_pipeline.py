@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,6 +62,7 @@ def clone_working_tree(dst: Path) -> None:
     (dst / ".venv").symlink_to(Path(sys.executable).parents[1])
 
 
+@pytest.mark.pipeline  # ~3 min of its own: `make test-pipeline` (CI runs it after `make test`)
 def test_dvc_repro_smoke(tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -1,6 +1,6 @@
 """The project travels as a checkout: its data inside it, its relative paths its own.
 
-A user's clone has no ../shared beside it, and two copies of the project may share one
+A user's clone has nothing beside it, and two copies of the project may share one
 environment (the chunklab package installed from one of them)."""
 import hashlib
 import json
