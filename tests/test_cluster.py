@@ -95,7 +95,7 @@ def test_scancel_ends_the_run_killed_with_partial_results(cluster):
         while not any(r.info.status == "RUNNING" for r in server_runs(cluster, "cluster_cancel")):
             assert proc.poll() is None and time.time() < deadline, "the job never started a run"
             time.sleep(1)
-        time.sleep(3)  # serving under way
+        # RUNNING: its signal handlers are in place (no sleep: how far it got depends on the machine)
         jobs = subprocess.run(["squeue", "-h", "-o", "%i"], env=cluster["env"], capture_output=True, text=True)
         assert jobs.stdout.split(), "no job in the queue"
         subprocess.run(["scancel", *jobs.stdout.split()], env=cluster["env"], check=True)
@@ -106,7 +106,8 @@ def test_scancel_ends_the_run_killed_with_partial_results(cluster):
                 break
             time.sleep(1)
         assert run.info.status == "KILLED"
-        assert 0 < run.data.metrics["num_unfinished"] < 20000
+        assert 0 < run.data.metrics["num_unfinished"] <= 20000  # every request kept, finished or not
+        assert run.data.metrics["num_finished"] + run.data.metrics["num_unfinished"] == 20000
         import mlflow
 
         names = {a.path for a in mlflow.MlflowClient(tracking_uri=cluster["url"]).list_artifacts(run.info.run_id)}
