@@ -7,6 +7,8 @@ publication: every run with sampling on has system/* metrics, whatever its lengt
 """
 from __future__ import annotations
 
+import logging
+
 from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
 
@@ -20,6 +22,9 @@ class SystemMetrics(SystemMetricsMonitor):
         self._shutdown_event.set()
         self._process.join()
         self._process = None
-        self.collect_metrics()  # the sampler's loop may have stopped before publishing anything
-        self.publish_metrics(self.aggregate_metrics())
-        self.mlflow_logger.flush()
+        try:  # never in the way of ending the run with its status
+            self.collect_metrics()  # the sampler's loop may have stopped before publishing anything
+            self.publish_metrics(self.aggregate_metrics())
+            self.mlflow_logger.flush()
+        except Exception as err:  # noqa: BLE001 - MLflow's own finish() logs and goes on likewise
+            logging.getLogger(__name__).warning("system metrics: the last sample was not logged (%s)", err)
