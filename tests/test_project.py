@@ -103,3 +103,13 @@ def test_compose_finds_the_project_from_the_current_folder(tmp_path, monkeypatch
     else:
         with pytest.raises(Exception, match="no conf/config.yaml in .* or above"):
             compose_run_config([])
+
+
+@pytest.mark.parametrize("workload", ["ch10_mixed", "azure_conv"])
+def test_a_run_prints_its_result_line_and_nothing_else(tmp_path, workload):
+    """MLflow's store creation, experiment creation, dataset schema and source resolution stay quiet."""
+    proc = run_cli(tmp_path, f"workload={workload}", "workload.num_requests=4", "tracking.progress=true")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr == ""
+    assert len(proc.stdout.splitlines()) == 1 and proc.stdout.startswith("budget")
+    assert list(runs(tmp_path)["status"]) == ["FINISHED"]
