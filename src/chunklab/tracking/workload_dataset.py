@@ -8,6 +8,7 @@ digest is ours too (the trace file's bytes, or the table's), so equal workloads 
 from __future__ import annotations
 
 import hashlib
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -34,7 +35,11 @@ def workload_dataset(requests: pd.DataFrame, name: str, trace_path: str, spec: d
         raise ValueError(f"workload table columns {list(requests.columns)} != {SCHEMA.input_names()}")
     if trace_path:
         digest = hashlib.sha256(Path(trace_path).read_bytes()).hexdigest()[:16]
-        source = resolve_dataset_source(trace_path)
+        with warnings.catch_warnings():
+            # MLflow registers its local-file source twice (schemes "" and "file") and warns that a
+            # path matches both; they are the same class, so this one message is noise, nothing else.
+            warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted in multiple ways")
+            source = resolve_dataset_source(trace_path)
     else:
         digest = hashlib.sha256(pd.util.hash_pandas_object(requests, index=False).to_numpy().tobytes()).hexdigest()[:16]
         source = CodeDatasetSource(tags=spec)
