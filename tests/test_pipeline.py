@@ -94,6 +94,8 @@ def test_dvc_repro_smoke(tmp_path):
     metrics = {k for doc in json.loads(shown.stdout).values() for f in doc["data"].values()
                for k in f.get("data", {})}
     assert {"held_out_median_rel_error", "rows_meeting_goal", "simulated_speedup"} <= metrics
+    unreadable = [p for doc in json.loads(shown.stdout).values() for p, f in doc["data"].items() if "error" in f]
+    assert unreadable == []  # every declared metrics file parses (a markdown table does not)
     assert subprocess.run([dvc, "metrics", "diff"], cwd=repo, env=env, capture_output=True).returncode == 0
     plots = subprocess.run([dvc, "plots", "show", "-o", str(tmp_path / "plots")], cwd=repo, env=env,
                            capture_output=True, text=True)
