@@ -15,8 +15,8 @@ $(STAMP): pyproject.toml
 run: setup            ## the chapter's experiment at budgets 64, 512, 8192, logged to MLflow
 	$(PY) run.py experiment=ch10 scheduler.budget=64,512,8192 -m
 
-test: setup           ## the default suite (< 5 min on 2 cores)
-	$(PY) -m pytest
+test: setup           ## the default suite (< 5 min on 2 cores), two workers: no test shares state or times anything
+	$(PY) -m pytest -n 2
 
 test-pipeline: setup  ## a smoke `dvc repro` of every stage on tiny params in a temporary clone (~3 min)
 	$(PY) -m pytest -m pipeline
