@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from chunklab.config import MAX_REQUESTS, validate
+from chunklab.config import MAX_REQUESTS, ConfigError, validate
 from chunklab.experiments.compose import compose_run_config
 from test_cli import run_cli, runs
 
@@ -101,7 +101,7 @@ def test_compose_finds_the_project_from_the_current_folder(tmp_path, monkeypatch
     if where == "inside":
         assert compose_run_config([]).engine.profile == PROFILE
     else:
-        with pytest.raises(Exception, match="no conf/config.yaml in .* or above"):
+        with pytest.raises(ConfigError, match="no conf/config.yaml in .* or above"):
             compose_run_config([])
 
 
