@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup run test test-pipeline test-cluster test-all bench repro clean
+.PHONY: setup run test test-pipeline test-cluster test-all bench repro reference-profile clean
 setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -32,6 +32,10 @@ bench: setup          ## engine micro-benchmark, printed
 
 repro: setup          ## regenerate outputs/ (tables, plots, report) with DVC
 	$(VENV)/bin/dvc repro
+
+reference-profile:    ## promote this machine's profile (dvc repro calibrate) to the committed reference the sim_* stages read
+	cp outputs/profiles/machine.json outputs/profiles/cpu.json
+	@echo "outputs/profiles/cpu.json is now $$($(PY) -c 'import json; print(json.load(open("outputs/profiles/cpu.json"))["machine"])'): dvc repro reruns the sim_* stages"
 
 clean:
 	rm -rf multirun runs .pytest_cache

@@ -1,8 +1,15 @@
-"""Stage calibrate: profile the real engine over step shapes, fit the step-cost model,
-write the profile a simulated run predicts from.
+"""Stage calibrate (measured): profile this machine's engine over step shapes and serving replays,
+fit the step-cost model, write this machine's profile.
 
-Writes outputs/profiles/cpu.json (model, conditions, held-out error) and
-outputs/profiles/cpu_shapes.csv (every profiled shape: features, measured, predicted).
+Writes outputs/profiles/machine.json (fingerprinted: calibration/fingerprint.py), its probe-only
+variant machine_probe_only.json (the fidelity stage's "before"), machine_shapes.csv (every
+profiled shape: features, measured, predicted), machine_serving_steps.csv (every serving-replay
+step, the same) and metrics.json; and installs machine.json in
+the per-machine cache, so engine.profile=auto on this machine uses it.
+
+The committed reference profile (outputs/profiles/cpu.json, which the sim_* stages and
+engine=simulated read) is not written here: `make reference-profile` copies this one over it,
+a deliberate act.
 """
 from __future__ import annotations
 
@@ -12,7 +19,9 @@ import numpy as np
 import pandas as pd
 
 from chunklab.calibration.fit import split
-from chunklab.calibration.profile import calibrate
+from chunklab.calibration.machine import machine_profile_path, write_profile
+from chunklab.calibration.profile import HELD_OUT_REPLAYS, CalibrationSettings, calibrate
+from chunklab.engine.cost_model import probe_only
 from chunklab.engine.step_shape import FEATURES
 from chunklab.experiments.compose import compose_run_config
 from common import OUTPUTS, params, write_json
@@ -20,29 +29,47 @@ from common import OUTPUTS, params, write_json
 
 def main() -> None:
     p = params("calibrate")
-    cfg = compose_run_config(["tracking=none", *p["overrides"]])
-    cal = calibrate(cfg, p["seed"], p["num_random_shapes"], p["rounds"], p["burst"], p["held_out_share"])
+    # The profile being made cannot guard its own calibration: name a path, not auto.
+    cfg = compose_run_config(["tracking=none", "engine.profile=outputs/profiles/cpu.json", *p["overrides"]])
+    settings = CalibrationSettings(**{k: p[k] for k in ("seed", "num_random_shapes", "rounds", "burst",
+                                                        "held_out_share", "replay_requests")})
+    cal = calibrate(cfg, settings)
     out = OUTPUTS / "profiles"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "cpu.json").write_text(json.dumps(cal.profile, indent=2) + "\n")
-    held = cal.profile["held_out"]
-    write_json(out / "metrics.json", {"held_out_median_rel_error": round(held["median_rel_error"], 4),
-                                      "held_out_p90_rel_error": round(held["p90_rel_error"], 4),
-                                      "profiling_s": cal.profile["shapes"]["profiling_s"]})
+    write_profile(cal.profile, out / "machine.json")
+    write_profile(probe_only(cal.profile), out / "machine_probe_only.json")
+    write_profile(cal.profile, machine_profile_path(cfg.model, cfg.engine))
+    doc = cal.profile
+    held, shapes = doc["held_out_serving"], doc["held_out_shapes"]
+    write_json(out / "metrics.json", {
+        "held_out_serving_median_rel_error": round(held["probe + serving"]["median_rel_error"], 4),
+        "held_out_serving_p90_rel_error": round(held["probe + serving"]["p90_rel_error"], 4),
+        "held_out_serving_median_rel_error_probe_only": round(held["probe only"]["median_rel_error"], 4),
+        "held_out_serving_p90_rel_error_probe_only": round(held["probe only"]["p90_rel_error"], 4),
+        "held_out_shapes_median_rel_error": round(shapes["median_rel_error"], 4),
+        "held_out_shapes_p90_rel_error": round(shapes["p90_rel_error"], 4),
+        "profiling_s": doc["shapes"]["profiling_s"], "serving_s": doc["serving"]["serving_s"]})
     test = set(split(len(cal.shapes), p["held_out_share"], p["seed"])[1])
     x = np.array([s.features() for s in cal.shapes])
     table = pd.DataFrame(x, columns=list(FEATURES))
     table.insert(0, "mixed_batch", [s.mixed_batch for s in cal.shapes])
     table["held_out"] = [i in test for i in range(len(cal.shapes))]
     table["measured_s"] = cal.times_s
-    table["predicted_s"] = x @ np.array(cal.profile["model"]["coefficients_s"])
-    table.to_csv(out / "cpu_shapes.csv", index_label="shape", float_format="%.6g")
-    for name, r in cal.results.items():
-        print(f"[calibrate] {name}: held-out median {r.median_rel_error:.3f}, p90 {r.p90_rel_error:.3f} "
-              f"({len(r.rel_errors)} shapes)")
-    s = cal.profile["shapes"]
-    print(f"[calibrate] {s['num_shapes']} shapes x {s['rounds']} rounds x {s['burst']} steps in {s['profiling_s']} s; "
-          f"stored linear (better held-out form: {cal.profile['better_form']})")
+    table["predicted_s"] = x @ np.array(doc["model"]["coefficients_s"])
+    table.to_csv(out / "machine_shapes.csv", index_label="shape", float_format="%.6g")
+    sv = cal.serving  # every serving step: which replay, features, measured, both fits' predictions
+    steps = pd.DataFrame(sv.features, columns=list(FEATURES))
+    steps.insert(0, "replay", sv.replay)
+    steps.insert(1, "held_out", np.isin(sv.replay, HELD_OUT_REPLAYS))
+    steps["measured_s"] = sv.duration_s
+    steps["predicted_s"] = sv.features @ np.array(doc["model"]["coefficients_s"])
+    steps["predicted_probe_only_s"] = sv.features @ np.array(doc["probe_only"]["coefficients_s"])
+    steps.to_csv(out / "machine_serving_steps.csv", index_label="step", float_format="%.6g")
+    print(f"[calibrate] {doc['machine']}: fingerprint {doc['fingerprint_id']}")
+    for name, r in held.items():
+        print(f"[calibrate] fit on {name}: held-out serving steps median {r['median_rel_error']:.3f}, "
+              f"p90 {r['p90_rel_error']:.3f}, measured/predicted {r['median_ratio']:.3f} ({r['num_shapes']} steps)")
+    print(f"[calibrate] held-out shapes: median {shapes['median_rel_error']:.3f}, p90 {shapes['p90_rel_error']:.3f}; "
+          f"{doc['shapes']['profiling_s']} s probing, {doc['serving']['serving_s']} s serving")
 
 
 if __name__ == "__main__":

@@ -1,52 +1,67 @@
-"""Stage capacity (measured): the real engine at each chapter budget's simulated capacity.
+"""Stage capacity (measured): this machine's capacity found on the real engine, beside the
+simulated capacity of this machine's profile, by the same search.
 
-The simulated capacity (sim_capacity) is the rate at which >= 90% of requests meet the SLO;
-here one measured run per budget at exactly that rate shows how far the real engine is from it.
-Writes outputs/capacity/measured_check.csv and outputs/tables/capacity.md.
+Capacity: the highest Poisson rate at which >= target of one seed's num_requests requests meet
+the SLO. Simulated: bisection to sim_rel_tol (exact, seconds). Measured: bisection from a
+bracket around the simulated figure (widened by `widen` steps until it holds) to rel_tol; each
+probe is one real run of num_requests requests, long enough to build a queue.
+
+Writes outputs/capacity/ (measured_vs_simulated.csv, probes.csv) and outputs/tables/capacity.md.
 """
 from __future__ import annotations
 
 import pandas as pd
 
 from chunklab.experiments.compose import compose_run_config
-from chunklab.experiments.simulate import simulate_many
-from chunklab.experiments.sweep import run_grid
-from common import OUTPUTS, RUNS, SIMULATED, params
+from chunklab.experiments.sim_capacity import bisect_capacity, probe
+from common import MACHINE_PROFILE, OUTPUTS, RUNS, params
+
+PROBE_KEYS = ("slo_attainment", "goodput_req_per_s", "ttft_p50_s", "ttft_p99_s", "itl_p99_s", "output_tokens_per_s",
+              "noisy_steps_share", "step_time_vs_predicted_p50")
 
 
 def main() -> None:
+    from chunklab.experiments.sweep import run_grid  # torch: this stage measures
+
     p = params("capacity")
-    sim = pd.read_csv(SIMULATED / "capacity" / "capacity.csv")
-    sim = sim[(sim["workload"] == p["workload"]) & sim["setting"].str.startswith("budget ")]
-    points = [{"scheduler.budget": int(r.budget), "workload.rate_per_s": float(r.capacity_req_per_s)}
-              for r in sim.itertuples()]
-    base = ["experiment=ch10", f"workload={p['workload']}", "tracking.progress=false", "slowdown=false",
-            "tracking.experiment_name=dvc_capacity", f"workload.num_requests={p['num_requests']}",
+    base = ["experiment=ch10", f"workload={p['workload']}", "slowdown=false", f"engine.profile={MACHINE_PROFILE}",
+            f"scheduler.budget={p['budget']}", f"workload.num_requests={p['num_requests']}",
             f"workload.seed={p['seed']}", *p["overrides"]]
-    res = run_grid("capacity-check", base, points, RUNS)
-    # The same runs simulated: the fidelity point (a short run queues less than the 5 x 2000-request
-    # runs that define capacity, so both land above 90%; what matters is that they agree).
-    sims = simulate_many([compose_run_config(base + [f"{k}={v}" for k, v in pt.items()]) for pt in points])
-    table = res.runs[["budget", "rate_per_s", "slo_attainment", "goodput_req_per_s", "ttft_p99_s",
-                      "noisy_steps_share"]].rename(columns={
-        "rate_per_s": "simulated capacity (req/s)", "slo_attainment": "measured in SLO",
-        "goodput_req_per_s": "measured goodput (req/s)", "ttft_p99_s": "measured TTFT p99 (s)",
-        "noisy_steps_share": "noisy steps"})
-    table.insert(3, "simulated in SLO, same run", [s["slo_attainment"] for s in sims])
-    table.insert(5, "simulated goodput, same run", [s["goodput_req_per_s"] for s in sims])
-    table.insert(7, "simulated TTFT p99, same run", [s["ttft_p99_s"] for s in sims])
+    sim_cfg = compose_run_config(base + ["tracking=none", "engine.executor=simulated"])
+    sim = bisect_capacity(lambda rate: probe(sim_cfg, rate, [p["seed"]], p["num_requests"], 1), p["target"],
+                          (2.0, 16.0), p["sim_rel_tol"])
+    conditions = []
+
+    def measure(rate: float) -> dict:
+        res = run_grid("capacity", base + ["tracking.progress=false", "tracking.experiment_name=dvc_capacity"],
+                       [{"workload.rate_per_s": round(rate, 4)}], RUNS)
+        conditions.extend(res.conditions)
+        row = res.runs.iloc[0]
+        return {"rate_per_s": float(row["rate_per_s"])} | {k: float(row.get(k, float("nan"))) for k in PROBE_KEYS}
+
+    c = sim.rate_req_per_s
+    real = bisect_capacity(measure, p["target"], (c * 0.96, c * 1.04), p["rel_tol"], widen=p["widen"])
     out = OUTPUTS / "capacity"
     out.mkdir(parents=True, exist_ok=True)
-    res.runs.to_csv(out / "measured_check.csv", index=False, float_format="%.6g")
-    note = (f"MEASURED (with the same runs simulated beside them): one run of {p['num_requests']} requests "
-            f"(seed {p['seed']}) per budget at its simulated capacity (outputs/simulated/tables/capacity.md). At "
-            "that rate 90% of requests meet the SLO over the 5 x 2000-request runs that define capacity; a "
-            f"{p['num_requests']}-request run builds less queue, so it lands higher, measured and simulated alike. "
-            f"\n\nConditions: {res.conditions[0]}")
+    table = pd.DataFrame([{"budget": p["budget"], "measured_req_per_s": real.lo_req_per_s,
+                           "simulated_req_per_s": sim.lo_req_per_s,
+                           "ratio": real.lo_req_per_s / sim.lo_req_per_s}])
+    table.to_csv(out / "measured_vs_simulated.csv", index=False, float_format="%.4g")
+    probes = pd.concat([pd.DataFrame(real.probes).assign(executor="torch"),
+                        pd.DataFrame(sim.probes).assign(executor="simulated")])
+    probes.to_csv(out / "probes.csv", index=False, float_format="%.5g")
+    detail = table.assign(measured_fails_at=real.hi_req_per_s, simulated_fails_at=sim.hi_req_per_s)
+    note = (f"MEASURED and SIMULATED on this machine: {p['workload']}, budget {p['budget']}, one seed ({p['seed']}) of "
+            f"{p['num_requests']} requests per probe; capacity = the highest rate at which >= {p['target']:.0%} of "
+            f"requests meet the SLO. Simulated with this machine's profile ({MACHINE_PROFILE}), bisected to "
+            f"{p['sim_rel_tol']:.1%}; measured by bisection to {p['rel_tol']:.0%} from a bracket around the simulated "
+            f"figure ({len(real.probes)} measured probes, each in outputs/capacity/probes.csv). Capacity lies between "
+            f"each pair of columns.\n\nConditions: {conditions[0]}")
     (OUTPUTS / "tables").mkdir(exist_ok=True)
-    (OUTPUTS / "tables" / "capacity.md").write_text("### Measured check of the simulated capacity\n\n"
-                                                    + table.to_markdown(index=False, floatfmt=".3f") + "\n\n"
+    (OUTPUTS / "tables" / "capacity.md").write_text("### Capacity: measured against simulated, one machine\n\n"
+                                                    + detail.to_markdown(index=False, floatfmt=".3f") + "\n\n"
                                                     + note + "\n")
+    print(detail.to_string(index=False))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUTS = ROOT / "outputs"
 SIMULATED = OUTPUTS / "simulated"  # sim_* stages only: exact for the committed profile, machine-independent
+MACHINE_PROFILE = "outputs/profiles/machine.json"  # the calibrate stage's: this machine (measured stages)
 RUNS = ROOT / "runs" / "dvc"  # per-run folders of pipeline runs (ignored by git)
 
 

@@ -1,93 +1,152 @@
-"""Stage fidelity: the measured runs of the token_budget stage (repeats of one seed at each
-budget and intensity) against the simulated engine on the same workloads, metric by metric,
-with the goals of chunklab.report.fidelity.
+"""Stage fidelity (measured, then simulated): the real engine at fixed points, each repeated,
+against the simulated engine on the same workloads with this machine's profile.
 
-Writes outputs/fidelity/ (fidelity.csv, runs.csv, step_error.csv, fidelity.png) and
-outputs/tables/fidelity.md.
+Points (params.yaml `fidelity`): the ch10 mix at loads of this machine's capacity and budgets,
+and a slice of the conversation trace at its own timestamps. Each is measured `repeats` times
+(same seed: the machine's noise) and simulated once with the profile fit on probe shapes and
+serving replays (outputs/profiles/machine.json) and once with its probe-only fit (the "before").
+Two comparisons: percentiles against the repeats' median (fidelity.csv), and per request,
+paired by id (paired.csv). The measured steps score both fits on steps neither saw.
+
+Writes outputs/fidelity/ and outputs/tables/fidelity.md.
 """
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 
 from chunklab.experiments.compose import compose_run_config
-from chunklab.experiments.simulate import simulate_many
+from chunklab.experiments.simulate import simulate_many, simulate_requests
 from chunklab.metrics.conditions import sim_conditions_line
 from chunklab.report import figures
-from chunklab.report.fidelity import GOALS, fidelity_table, step_error_table
-from common import OUTPUTS, params, write_json
+from chunklab.report.fidelity import GOALS, fidelity_table, paired_errors, paired_table, step_error_table
+from common import MACHINE_PROFILE, OUTPUTS, RUNS, params, write_json
 
-METRICS = list(GOALS) + ["slo_attainment", "output_tokens_per_s", "noisy_steps_share", "worst_step_excess"]
+PROFILES = {"probe + serving": MACHINE_PROFILE, "probe only": "outputs/profiles/machine_probe_only.json"}
+METRICS = list(GOALS) + ["slo_attainment", "output_tokens_per_s", "noisy_steps_share", "worst_step_excess",
+                         "step_time_vs_predicted_p50"]
+
+
+def points(p: dict) -> list[tuple[str, dict]]:
+    """(label, overrides) of every point, named as paired.csv names them."""
+    out = []
+    extra = lambda overrides: dict(o.split("=", 1) for o in overrides)  # noqa: E731
+    for budget, load in p["points"]:
+        out.append((f"{p['workload']} b{budget} load {load:g}",
+                    {"experiment": "ch10", "workload": p["workload"], "workload.num_requests": p["num_requests"],
+                     "workload.seed": p["seed"], "workload.load": load, "scheduler.budget": budget}
+                    | extra(p.get("mix_overrides", []))))
+    t = p["trace"]
+    out.append((f"azure_conv b{t['budget']} rows {t['start_offset']}-{t['start_offset'] + t['rows']}",
+                {"workload": "azure_conv", "slo": "ch10", "workload.num_requests": t["rows"],
+                 "workload.trace.start_offset": t["start_offset"], "scheduler.budget": t["budget"]}
+                | extra(t.get("overrides", []))))
+    return out
 
 
 def main() -> None:
+    from chunklab.experiments.sweep import run_grid  # torch: this stage measures
+
     p = params("fidelity")
-    tb = params("token_budget")
     out = OUTPUTS / "fidelity"
     out.mkdir(parents=True, exist_ok=True)
-    measured = pd.read_csv(OUTPUTS / "token_budget" / "runs.csv")
-    real = measured[(measured["size"] == "large") & (measured["seed"] == tb["seed"])].copy()
-    real["executor"] = "torch"
-    points = real.groupby(["intensity", "budget"])["rate_per_s"].first().reset_index()
-    base = ["experiment=ch10", "tracking=none", f"workload.num_requests={tb['large_requests']}",
-            f"workload.seed={tb['seed']}", "slowdown=false", *tb["overrides"]]
-    cfgs = [compose_run_config(base + [f"scheduler.budget={r.budget}", intensity_override(r.intensity)])
-            for r in points.itertuples()]
-    sims = simulate_many(cfgs, p["processes"])
-    sim = points.assign(executor="simulated", **{m: [s.get(m) for s in sims] for m in METRICS})
-    sim["rate_per_s"] = [c.workload.rate_per_s for c in cfgs]
-    runs = pd.concat([real[["executor", "intensity", "budget", "rate_per_s", "repeat"] + METRICS], sim])
-    table = fidelity_table(runs)
-    steps = pd.read_csv(OUTPUTS / "token_budget" / "steps_large.csv")
-    step_err = step_error_table(steps)
-    runs.to_csv(out / "runs.csv", index=False, float_format="%.6g")
+    base = ["tracking.progress=false", "tracking.experiment_name=dvc_fidelity", "slowdown=false",
+            f"engine.profile={PROFILES['probe + serving']}", *p["overrides"]]
+    pts = points(p)
+    order = [(r, label, pt) for r in range(p["repeats"]) for label, pt in pts]  # repeats outermost: drift hits all
+    res = run_grid("fidelity", base, [pt for _, _, pt in order], RUNS, keep_steps=True)
+    labels = [label for _, label, _ in order]
+    res.runs.insert(0, "repeat", [r for r, _, _ in order])
+    res.runs.insert(0, "point", labels)
+    res.requests.insert(0, "repeat", res.requests["run"].map(lambda i: order[i][0]))
+    res.requests.insert(0, "point", res.requests["run"].map(lambda i: labels[i]))
+    # Simulated at the very rates the measured runs resolved (same seed, same requests).
+    rates = res.runs.groupby("point", sort=False)["rate_per_s"].first()
+    sims, paired, tables, runs = {}, {}, {}, [res.runs.assign(executor="torch")]
+    for fit, profile in PROFILES.items():
+        sim_base = ["tracking=none", "slowdown=false", f"engine.profile={profile}", *p["overrides"]]
+        cfgs = [compose_run_config(sim_base + [f"{k}={v}" for k, v in pt.items() if k != "workload.load"]
+                                   + ([f"workload.rate_per_s={rates[label]}"] if "workload.load" in pt else []))
+                for label, pt in pts]
+        sims[fit] = simulate_many(cfgs, p["processes"], fn=simulate_requests)
+        sim_req = pd.concat([pd.DataFrame(reqs).assign(point=label) for (label, _), (_, reqs) in zip(pts, sims[fit])])
+        errors = paired_errors(res.requests, sim_req)
+        paired[fit] = paired_table(errors)
+        sim_runs = pd.DataFrame([{"point": label, "budget": pt["scheduler.budget"], "rate_per_s": rates[label]} | summary
+                                 for (label, pt), (summary, _) in zip(pts, sims[fit])]).assign(executor="simulated")
+        runs.append(sim_runs.assign(fit=fit))
+        tables[fit] = fidelity_table(pd.concat([res.runs.assign(executor="torch"), sim_runs]).assign(
+            intensity=lambda d: d["point"])).rename(columns={"intensity": "point"})
+        cond_line = sim_conditions_line(cfgs[0])
+    steps = res.steps.assign(point=res.steps["run"].map(lambda i: labels[i]))
+    step_err = step_errors(steps)
+    paired["probe + serving"][["point", "metric", "median_rel_error", "p90_rel_error", "n"]].to_csv(
+        out / "paired.csv", index=False, float_format="%.4g")
+    both = pd.concat([t.assign(fit=f) for f, t in paired.items()])
+    both.to_csv(out / "paired_before_after.csv", index=False, float_format="%.4g")
+    table = tables["probe + serving"]
     table.to_csv(out / "fidelity.csv", index=False, float_format="%.6g")
+    pd.concat(runs).to_csv(out / "runs.csv", index=False, float_format="%.6g")
+    res.requests.drop(columns=["gaps_s"]).to_csv(out / "requests_measured.csv", index=False, float_format="%.6g")
     step_err.to_csv(out / "step_error.csv", index=False, float_format="%.4g")
-    cond = json.loads((OUTPUTS / "token_budget" / "conditions.json").read_text())
-    lines = {"measured": cond["large"], "simulated": sim_conditions_line(cfgs[0])}
+    lines = {"measured": res.conditions[0], "simulated": cond_line}
     (out / "conditions.json").write_text(json.dumps(lines, indent=2) + "\n")
-    figures.fidelity(table, out / "fidelity.png")
-    tail = table["metric"].str.contains("p95|p99")
-    write_json(out / "metrics.json", {"rows_meeting_goal": round(float(table["met"].mean()), 4),
-                                      "max_rel_error_p50_and_goodput": round(float(table[~tail]["rel_error"].max()), 4),
-                                      "max_rel_error_p95_p99": round(float(table[tail]["rel_error"].max()), 4)})
+    figures.fidelity(table[~table["point"].str.startswith("azure")], out / "fidelity.png")
+    write_json(out / "metrics.json", metrics(paired["probe + serving"], table))
     (OUTPUTS / "tables").mkdir(exist_ok=True)
-    md = markdown(tb, runs, table, step_err, lines)
+    md = markdown(p, paired, table, step_err, lines)
     (OUTPUTS / "tables" / "fidelity.md").write_text(md)
     print(md)
 
 
-def intensity_override(intensity: str) -> str:
-    """The override a token_budget intensity label came from: the same load resolves to the same rate."""
-    if intensity.startswith("load "):
-        return f"workload.load={intensity.split()[1]}"
-    return f"workload.rate_per_s={intensity.split()[0]}"
+def step_errors(steps: pd.DataFrame) -> pd.DataFrame:
+    """Both fits scored on every measured step (no fit saw these runs): by step kind."""
+    doc = json.loads((OUTPUTS / "profiles" / "machine.json").read_text())
+    x = steps[[c for c in steps.columns if c.startswith("f_")]].to_numpy()
+    frames = []
+    for fit, part in (("probe only", "probe_only"), ("probe + serving", "model")):
+        pred = x @ np.array(doc[part]["coefficients_s"])
+        frames.append(step_error_table(steps.assign(predicted_s=pred)).assign(fit=fit))
+        all_err = np.abs(steps["duration_s"].to_numpy() - pred) / steps["duration_s"].to_numpy()
+        frames.append(pd.DataFrame([{"step kind": "all steps", "steps": len(steps), "fit": fit,
+                                     "median_rel_error": float(np.median(all_err)),
+                                     "p90_rel_error": float(np.percentile(all_err, 90)),
+                                     "ratio_p50": float(np.median(steps["duration_s"] / pred))}]))
+    return pd.concat(frames, ignore_index=True)
 
 
-def markdown(tb, runs, table, step_err, lines) -> str:
-    met = table["met"].mean()
-    worst = table.sort_values("rel_error", ascending=False).head(8)
-    real = runs[runs["executor"] == "torch"]
-    noise = (f"noise guard over the {len(real)} measured runs: steps slower than 2x their prediction "
-             f"{100 * real['noisy_steps_share'].median():.2f}% median (max {100 * real['noisy_steps_share'].max():.2f}%), "
-             f"worst step {real['worst_step_excess'].max():.1f}x its prediction")
-    summary = table.pivot_table(index="metric", values="rel_error", aggfunc=["median", "max"])
-    summary.columns = ["median rel_error", "max rel_error"]
-    summary["goal"] = pd.Series(GOALS)
+def metrics(paired: pd.DataFrame, table: pd.DataFrame) -> dict:
+    at = paired[paired["point"].str.contains("load 0.85|azure_conv")]
+    return {"paired_median_rel_error_max_at_0.85_and_trace": round(float(at["median_rel_error"].max()), 4),
+            "paired_p90_rel_error_max_at_0.85_and_trace": round(float(at["p90_rel_error"].max()), 4),
+            "percentile_rows_meeting_goal": round(float(table["met"].mean()), 4)}
+
+
+def markdown(p, paired, table, step_err, lines) -> str:
+    after, before = paired["probe + serving"], paired["probe only"]
+    pb = after.merge(before, on=["point", "metric"], suffixes=("", " (probe only)"))
+    pb = pb[["point", "metric", "n", "median_rel_error", "p90_rel_error", "median_signed_error",
+             "median_rel_error (probe only)", "p90_rel_error (probe only)", "median_signed_error (probe only)"]]
+    at85 = table[table["point"].str.contains("load 0.85")]
     return "\n".join([
         "### Fidelity: simulated against measured", "",
-        f"The ch10 mix, {tb['large_requests']} requests, seed {tb['seed']}, budgets {tb['budgets']} at "
-        f"{tb['rate_per_s']:g} req/s and at loads {tb['loads']} of the simulated capacity: each point measured "
-        f"{tb['repeats']} times on the real engine (same seed; the token_budget stage) and simulated once. "
-        f"rel_error = |simulated - measured median| / measured median. {100 * met:.0f}% of {len(table)} "
-        f"(metric, budget, rate) rows meet their goal.", "",
-        summary.to_markdown(floatfmt=".3f"), "",
-        "Worst rows:", "", worst.to_markdown(index=False, floatfmt=".4g"), "",
-        "Measured / predicted step time by step kind (every step of the measured runs): where the cost model "
-        "is off.", "", step_err.to_markdown(index=False, floatfmt=".3f"), "",
-        f"Measured: {lines['measured']}; {noise}.", "",
-        f"Simulated: {lines['simulated']}.", "",
+        f"MEASURED points, each {p['repeats']} times (same seed: the machine's noise), against SIMULATED runs of the "
+        "same requests with this machine's profile. Loads are of this machine's capacity (default scheduler, "
+        "budget 512).", "",
+        "Per request, paired by id: |simulated - measured| / measured, pooled over the repeats "
+        f"(goal: median <= 5% at load 0.85 and on the trace). Columns \"(probe only)\": the same with the fit "
+        "on probe shapes alone, before serving replays entered the fit.", "",
+        pb.to_markdown(index=False, floatfmt=".3f"), "",
+        f"Percentiles against the repeats' median (goal met: within its goal, or inside the repeats' min-max): "
+        f"{100 * table['met'].mean():.0f}% of {len(table)} rows; at load 0.85, "
+        f"{100 * at85['met'].mean():.0f}% of {len(at85)}.", "",
+        at85[["point", "metric", "real_median", "real_min", "real_max", "simulated", "rel_error", "goal", "met"]]
+        .to_markdown(index=False, floatfmt=".4g"), "",
+        "Measured / predicted step time on every measured step, by step kind and fit:", "",
+        step_err.to_markdown(index=False, floatfmt=".3f"), "",
+        f"Measured: {lines['measured']}.", "", f"Simulated: {lines['simulated']}.", "",
     ])
 
 

@@ -1,9 +1,11 @@
 """Stage token_budget (measured): the chapter's trace on the real engine.
 
 - small: the chapter's 24-request trace at each budget and seed (its layout, seed spread).
-- large: each budget at the chapter's fixed 8 req/s and at loads 0.5 and 0.9 of the simulated
-  capacity, `repeats` runs of one seed (the machine's noise), plus `seeds` at 8 req/s (the
-  workload's noise). The repeats of seed 3 are also the measured side of the fidelity stage.
+- large: each budget at the chapter's fixed 8 req/s (and at `loads` of this machine's capacity,
+  if any), `repeats` runs of one seed (the machine's noise), plus `seeds` at 8 req/s (the
+  workload's noise). Fidelity points at loads are the fidelity stage's own.
+
+Predictions (the noise guard) and loads use this machine's profile, outputs/profiles/machine.json.
 
 Every run goes through chunklab.app (the path run.py takes) and is logged to MLflow
 (experiment "dvc_token_budget"). Writes outputs/token_budget/.
@@ -13,7 +15,7 @@ from __future__ import annotations
 import pandas as pd
 
 from chunklab.experiments.sweep import grid, run_grid
-from common import OUTPUTS, RUNS, params, write_json
+from common import MACHINE_PROFILE, OUTPUTS, RUNS, params, write_json
 
 
 def intensity(point: dict) -> str:
@@ -39,7 +41,7 @@ def main() -> None:
     out = OUTPUTS / "token_budget"
     out.mkdir(parents=True, exist_ok=True)
     base = ["experiment=ch10", "tracking.progress=false", "tracking.experiment_name=dvc_token_budget",
-            *p["overrides"]]
+            f"engine.profile={MACHINE_PROFILE}", *p["overrides"]]
     small = run_grid("budget-small", base + [f"workload.num_requests={p['small_requests']}"],
                      grid({"scheduler.budget": p["budgets"], "workload.seed": p["seeds"]}), RUNS,
                      keep_tokens=lambda pt: pt["workload.seed"] == p["seeds"][0])

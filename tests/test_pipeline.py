@@ -13,7 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 MICRO_MIX = ["model=micro", "workload.classes.0.min_tokens=200", "workload.classes.0.max_tokens=200",
              "workload.min_output_tokens=4", "workload.max_output_tokens=8"]
 TINY = {
-    "calibrate": {"num_random_shapes": 12, "rounds": 1, "burst": 2, "overrides": ["model=micro"]},
+    "calibrate": {"num_random_shapes": 12, "rounds": 1, "burst": 2, "replay_requests": 4, "overrides": ["model=micro"]},
+    "fidelity": {"num_requests": 8, "repeats": 2, "points": [[16, 0.5], [8192, 1.0]], "overrides": ["model=micro"],
+                 "mix_overrides": MICRO_MIX[1:], "trace": {"rows": 20, "start_offset": 0, "budget": 16}},
     "prefill_split": {"prompt_tokens": 96, "chunk_tokens": [96, 32], "attention": ["sdpa", "naive"], "repeats": 1,
                       "overrides": ["model=micro"]},
     "token_budget": {"budgets": [16, 8192], "seeds": [3, 4], "small_requests": 6, "large_requests": 8, "repeats": 2,
@@ -21,7 +23,7 @@ TINY = {
     "perf": {"repeats": 1, "prompt_tokens": 96, "chunk_tokens": 32, "decode_context": 64, "overhead_requests": 20,
              "hf_prompt_tokens": 16, "hf_new_tokens": 4, "rss_requests": [3, 6], "budgets": [16, 8192],
              "sim_requests": 6, "sim_trace_rows": 30, "time_build": False, "overrides": MICRO_MIX},
-    "capacity": {"num_requests": 6, "overrides": MICRO_MIX},
+    "capacity": {"num_requests": 6, "overrides": MICRO_MIX, "rel_tol": 0.5, "sim_rel_tol": 0.1, "widen": 4.0},
     "sim": {"seeds": [1, 2], "num_requests": 30, "overrides": MICRO_MIX},
     "sim_tuning": {"workloads": ["ch10_mixed"], "n_trials": 2},
     "sim_capacity": {"workloads": ["ch10_mixed"], "budgets": [16, 8192], "rel_tol": 0.5},
@@ -31,8 +33,10 @@ TINY = {
 TRACE_ROWS = ["TIMESTAMP,ContextTokens,GeneratedTokens"] + [
     f"2023-11-16 18:15:{10 + i // 4:02d}.{(i % 4) * 25:02d}00000,{(37 * i) % 900 + 20},{(11 * i) % 12 + 2}" for i in range(60)]
 EXPECTED = [
-    "outputs/profiles/cpu.json", "outputs/profiles/cpu_shapes.csv",
-    "outputs/fidelity/fidelity.csv", "outputs/fidelity/fidelity.png", "outputs/tables/fidelity.md",
+    *[f"outputs/profiles/{f}" for f in ("machine.json", "machine_probe_only.json", "machine_shapes.csv",
+                                        "machine_serving_steps.csv")],
+    *[f"outputs/fidelity/{f}" for f in ("fidelity.csv", "paired.csv", "paired_before_after.csv", "fidelity.png",
+                                        "requests_measured.csv", "step_error.csv")], "outputs/tables/fidelity.md",
     "outputs/prefill_split.csv", "outputs/prefill_split_conditions.json",
     "outputs/token_budget/runs.csv", "outputs/token_budget/requests.csv", "outputs/token_budget/tokens.csv",
     *[f"outputs/tables/{t}.{ext}" for t in ("prefill_split", "token_budget_small", "token_budget_large",
@@ -40,7 +44,7 @@ EXPECTED = [
     *[f"outputs/plots/{p}.png" for p in ("ttft_ecdf", "itl_distribution", "timeline", "prefill_split",
                                          "metrics_vs_budget", "ttft_by_class")],
     "outputs/REPORT.md", "outputs/perf.csv", "outputs/perf_end_to_end.csv", "outputs/tables/perf.md",
-    "outputs/capacity/measured_check.csv", "outputs/tables/capacity.md", "outputs/tables/token_budget_seeds.md",
+    "outputs/capacity/measured_vs_simulated.csv", "outputs/capacity/probes.csv", "outputs/tables/capacity.md", "outputs/tables/token_budget_seeds.md",
     "outputs/simulated/tuning/best_ch10_mixed.yaml", "outputs/simulated/tuning/trials.csv",
     "outputs/simulated/capacity/capacity.csv", "outputs/simulated/capacity/probes.csv",
     "outputs/simulated/maps/cells.csv", "outputs/simulated/maps/best_budget.png",
@@ -73,6 +77,7 @@ def test_dvc_repro_smoke(tmp_path):
     for stage, values in TINY.items():
         params[stage].update(values)
     params["sim_traces"]["overrides"].append(f"workload.trace.path={trace}")
+    params["fidelity"]["trace"]["overrides"] = [f"workload.trace.path={trace}"]
     params["perf"]["trace_overrides"] = ["model=micro", f"workload.trace.path={trace}"]
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
     env = dict(os.environ, PYTHONPATH=str(repo / "src"), MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db",
@@ -83,8 +88,17 @@ def test_dvc_repro_smoke(tmp_path):
     git("add", "-A")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "smoke")
     dvc = str(repo / ".venv" / "bin" / "dvc")
+    # A clone has the committed reference profile; this one is of another model: calibrate this machine
+    # and promote its profile to the reference, as `make reference-profile` does.
+    cal = subprocess.run([dvc, "repro", "calibrate"], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    assert cal.returncode == 0, cal.stdout[-3000:] + cal.stderr[-3000:]
+    assert subprocess.run(["make", "-s", "reference-profile"], cwd=repo, capture_output=True).returncode == 0
     first = subprocess.run([dvc, "repro"], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    paired = (repo / "outputs/fidelity/paired.csv").read_text().splitlines()
+    assert paired[0] == "point,metric,median_rel_error,p90_rel_error,n" and len(paired) == 1 + 3 * 3
+    cap = (repo / "outputs/capacity/measured_vs_simulated.csv").read_text().splitlines()
+    assert cap[0] == "budget,measured_req_per_s,simulated_req_per_s,ratio" and len(cap) == 2
     missing = [p for p in EXPECTED if not (repo / p).is_file()]
     assert not missing
     assert "| Budget 16 tokens/step" in (repo / "outputs/tables/token_budget_large.md").read_text()
@@ -93,7 +107,7 @@ def test_dvc_repro_smoke(tmp_path):
     assert shown.returncode == 0, shown.stderr
     metrics = {k for doc in json.loads(shown.stdout).values() for f in doc["data"].values()
                for k in f.get("data", {})}
-    assert {"held_out_median_rel_error", "rows_meeting_goal", "simulated_speedup"} <= metrics
+    assert {"held_out_serving_median_rel_error", "percentile_rows_meeting_goal", "simulated_speedup"} <= metrics
     unreadable = [p for doc in json.loads(shown.stdout).values() for p, f in doc["data"].items() if "error" in f]
     assert unreadable == []  # every declared metrics file parses (a markdown table does not)
     assert subprocess.run([dvc, "metrics", "diff"], cwd=repo, env=env, capture_output=True).returncode == 0

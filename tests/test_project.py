@@ -84,7 +84,7 @@ def test_a_second_copy_sharing_the_environment_reads_its_own_files(tmp_path):
         "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", "CHUNKLAB_CAPACITY_REQUESTS": "100",
         # the fused forward as built for the main checkout (same sources): no second 30 s build
         "CHUNKLAB_EXTENSIONS_DIR": os.environ.get("CHUNKLAB_EXTENSIONS_DIR", str(ROOT / ".cache" / "torch_extensions"))}
-    for args in (["engine=simulated", "workload.load=0.5"], ["tracking.run_name=measured"]):
+    for args in (["engine=simulated", "workload.load=0.5"], ["tracking.run_name=measured", f"engine.profile={PROFILE}"]):
         proc = subprocess.run([sys.executable, "run.py", *SHORT, *args, f"hydra.run.dir={tmp_path}/run"], cwd=copy,
                               env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -99,7 +99,7 @@ def test_compose_finds_the_project_from_the_current_folder(tmp_path, monkeypatch
     monkeypatch.delenv("CHUNKLAB_PROJECT_DIR", raising=False)
     monkeypatch.chdir(ROOT / "src" if where == "inside" else tmp_path)
     if where == "inside":
-        assert compose_run_config([]).engine.profile == PROFILE
+        assert compose_run_config(["engine=simulated"]).engine.profile == PROFILE
     else:
         with pytest.raises(ConfigError, match="no conf/config.yaml in .* or above"):
             compose_run_config([])

@@ -54,9 +54,19 @@ class ShapeSpy:
     def __init__(self, mixed_batch):
         self.mixed_batch, self.shapes = mixed_batch, []
 
-    def predict(self, plan):
-        self.shapes.append(StepShape.of(plan, self.mixed_batch))
+    def predict_features(self, features):
         return 1e-3
+
+
+def spy_on(engine, spy: ShapeSpy) -> None:
+    """The engine hands a cost model a plan's features; the spy keeps the plan's shape."""
+    schedule = engine.scheduler.schedule
+
+    def recorded():
+        plan = schedule()
+        spy.shapes.append(StepShape.of(plan, spy.mixed_batch))
+        return plan
+    engine.scheduler.schedule = recorded
 
 
 @pytest.mark.parametrize("mixed_batch", [True, False])
@@ -65,6 +75,7 @@ def test_probe_runs_exactly_the_wanted_shapes(mixed_batch):
 
     probe = ShapeProbe(MICRO, EngineConfig(num_blocks=256))
     spy = probe.engine.cost_model = ShapeSpy(mixed_batch)
+    spy_on(probe.engine, spy)
     wanted = [StepShape((40,), (), mixed_batch), StepShape((), (Segment(64, 0, True),), mixed_batch),
               StepShape((100, 17, 300), (Segment(30, 200, False),), mixed_batch),
               StepShape((50,), (Segment(16, 0, True), Segment(20, 0, True), Segment(64, 32, False)), mixed_batch)]
@@ -160,12 +171,13 @@ def test_noise_guard_flags_steps_slower_than_twice_their_prediction():
 
 
 def test_a_calibrated_profile_guards_real_runs_and_drives_simulated_ones(tmp_path):
-    from chunklab.calibration.profile import calibrate
+    from chunklab.calibration.profile import CalibrationSettings, calibrate
 
     base = ["model=micro", "tracking=none", "tracking.progress=false", "workload.num_requests=12",
             "workload.classes.0.min_tokens=300", "workload.classes.0.max_tokens=300",
             "workload.min_output_tokens=4", "workload.max_output_tokens=8", "scheduler.budget=64"]
-    cal = calibrate(compose_run_config(base), seed=0, num_random_shapes=20, rounds=1, burst=2, held_out_share=0.25)
+    cal = calibrate(compose_run_config(base), CalibrationSettings(num_random_shapes=20, rounds=1, burst=2,
+                                                                  replay_requests=4))
     profile = tmp_path / "micro.json"
     profile.write_text(json.dumps(cal.profile))
     real = run_experiment(compose_run_config(base + [f"engine.profile={profile}"]), tmp_path / "real")
@@ -180,6 +192,7 @@ def test_a_calibrated_profile_guards_real_runs_and_drives_simulated_ones(tmp_pat
 
 
 def test_a_real_run_without_a_matching_profile_says_so(tmp_path):
-    out = run_experiment(compose_run_config(["model=micro", "tracking=none", "workload.num_requests=3"]), tmp_path)
+    out = run_experiment(compose_run_config(["model=micro", "tracking=none", "workload.num_requests=3",
+                                             "engine.profile=outputs/profiles/cpu.json"]), tmp_path)  # TinyGPT's
     assert "noisy_steps_share" not in out.summary
     assert json.loads((tmp_path / "summary.json").read_text())["noise_guard"].startswith("off: engine.profile=")

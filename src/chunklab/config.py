@@ -50,9 +50,10 @@ class ModelConfig(TinyGPTConfig):
 @dataclass(frozen=True)
 class EngineConfig:
     executor: str = "torch"  # torch: real forward passes | simulated: the cost model predicts each step
-    # Calibrated step-cost profile: simulates a run, and guards a real one against machine noise.
-    # A relative path is taken from the project directory (chunklab.paths).
-    profile: str = "outputs/profiles/cpu.json"
+    # Calibrated step-cost profile: simulates a run, guards a real one against machine noise and
+    # sets workload.load's capacity. auto: this machine's (calibration/machine.py), calibrated on
+    # first use; a relative path is taken from the project directory (chunklab.paths).
+    profile: str = "auto"
     device: str = "cpu"  # cpu | cuda
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
     clock: str = "replay"  # replay | wall

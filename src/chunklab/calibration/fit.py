@@ -44,9 +44,28 @@ def split(n: int, held_out_share: float, seed: int) -> tuple[list[int], list[int
     return sorted(idx[cut:]), sorted(idx[:cut])
 
 
-def fit_linear(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    coef, _ = nnls(x / y[:, None], np.ones_like(y))
+def fit_linear(x: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """Non-negative coefficients minimising sum(w * ((x @ c - y) / y) ** 2)."""
+    root_w = np.ones_like(y) if weights is None else np.sqrt(weights)
+    coef, _ = nnls(x / y[:, None] * root_w[:, None], root_w)
     return coef
+
+
+STALL_RATIO = 2.0  # a serving step over 2x the probe fit's prediction is a stall of the machine (noise guard)
+
+
+def fit_probe_and_serving(probe_x: np.ndarray, probe_y: np.ndarray, serve_x: np.ndarray,
+                          serve_y: np.ndarray) -> tuple[np.ndarray, int]:
+    """The linear form fit on probe shapes and serving steps, each set carrying half the weight
+    (a replay has ~10x more steps than the probe has shapes, all of a few kinds). Serving steps the
+    machine stalled (over STALL_RATIO x the probe-only fit) are left out. Returns the coefficients
+    and how many steps were left out."""
+    probe_coef = fit_linear(probe_x, probe_y)
+    keep = serve_y <= STALL_RATIO * (serve_x @ probe_coef)
+    x = np.concatenate([probe_x, serve_x[keep]])
+    y = np.concatenate([probe_y, serve_y[keep]])
+    w = np.concatenate([np.full(len(probe_y), 0.5 / len(probe_y)), np.full(int(keep.sum()), 0.5 / max(keep.sum(), 1))])
+    return fit_linear(x, y, w * len(y)), int((~keep).sum())
 
 
 def fit_forest(x: np.ndarray, y: np.ndarray, seed: int):

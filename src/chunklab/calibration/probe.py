@@ -87,7 +87,7 @@ class ShapeProbe:
 
 
 def profile_shapes(model: ModelConfig, engine: EngineConfig, shapes: list[StepShape],
-                   rounds: int, burst: int) -> tuple[list[float], str]:
+                   rounds: int, burst: int, progress=None) -> tuple[list[float], str]:
     """Median step time of each shape, and the forward path that ran them.
 
     A step's time depends on what ran just before it (caches): measured on the eager
@@ -104,4 +104,6 @@ def profile_shapes(model: ModelConfig, engine: EngineConfig, shapes: list[StepSh
         for i, shape in enumerate(shapes):
             for _ in range(burst - 1):
                 times[i].append(probe.time_step(shape))  # each after its lead-in
+            if progress:
+                progress(1)
     return [statistics.median(t) for t in times], probe.engine.executor.forward_path

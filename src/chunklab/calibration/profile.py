@@ -1,11 +1,24 @@
-"""Calibrate: profile shapes on the real engine, fit, and assemble the profile document."""
+"""Calibrate: profile shapes and serve replays on the real engine, fit, assemble the profile.
+
+The stored model is the linear form fit on both: probe shapes (every kind of step, each
+timed after its lead-in) and serving replays (steps as a serving loop runs them). Its error
+is scored on what the fit did not see: held-out shapes and held-out replays. The probe-only
+fit is kept beside it (`probe_only`), so every report can say what the serving steps changed.
+"""
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
-from chunklab.calibration.fit import FitResult, compare, refit_all
+import numpy as np
+from tqdm import tqdm
+
+from chunklab.calibration.fingerprint import describe, fingerprint, fingerprint_id
+from chunklab.calibration.fit import (FitResult, compare, fit_linear, fit_probe_and_serving, refit_all, rel_errors,
+                                      split)
 from chunklab.calibration.probe import profile_shapes
+from chunklab.calibration.serving import REPLAYS, ServingSteps, serving_steps
 from chunklab.calibration.shapes import calibration_shapes
 from chunklab.config import RunConfig
 from chunklab.engine.cost_model import PROFILE_FORMAT, applies_to
@@ -16,36 +29,90 @@ from chunklab.model.sizes import num_parameters
 CONDITION_KEYS = ("cpu_model", "cpu_arch", "cpu_logical_cores", "memory_gb", "device", "torch_version", "torch_build",
                   "torch_threads", "python", "os", "model", "model_params", "dtype", "git_commit", "git_dirty",
                   "measured_at", "forward_path")
+HELD_OUT_REPLAYS = (1, 3)  # fit on the other replays, score on these
+
+
+@dataclass(frozen=True)
+class CalibrationSettings:
+    """How much to measure (params.yaml `calibrate` for the DVC stage; these defaults for
+    engine.profile=auto, about two minutes for TinyGPT on 2 cores)."""
+    seed: int = 0
+    num_random_shapes: int = 300
+    rounds: int = 2
+    burst: int = 3
+    held_out_share: float = 0.25
+    replay_requests: int = 40  # requests per serving replay (calibration/serving.py REPLAYS)
+
+    @classmethod
+    def smoke(cls) -> "CalibrationSettings":
+        """Seconds, not minutes: tests of the calibration path (CHUNKLAB_CALIBRATION=smoke)."""
+        return cls(num_random_shapes=12, rounds=1, burst=2, replay_requests=4)
 
 
 @dataclass
 class Calibration:
     shapes: list[StepShape]
     times_s: list[float]
+    serving: ServingSteps
     results: dict[str, FitResult]
     profile: dict  # the document a CostModel reads
 
 
-def calibrate(cfg: RunConfig, seed: int, num_random_shapes: int, rounds: int, burst: int,
-              held_out_share: float) -> Calibration:
-    shapes = calibration_shapes(seed, num_random_shapes, cfg.scheduler.max_num_seqs, cfg.model.max_seq_len)
-    t0 = time.perf_counter()
-    times, forward_path = profile_shapes(cfg.model, cfg.engine, shapes, rounds, burst)
-    profiling_s = time.perf_counter() - t0
-    results = compare(shapes, times, held_out_share, seed)
+def calibrate(cfg: RunConfig, s: CalibrationSettings, show_progress: bool | None = False) -> Calibration:
+    """show_progress None: a progress bar on a terminal only (tqdm's rule)."""
+    shapes = calibration_shapes(s.seed, s.num_random_shapes, cfg.scheduler.max_num_seqs, cfg.model.max_seq_len)
+    total = s.rounds * len(shapes) + len(REPLAYS) * s.replay_requests
+    with tqdm(total=total, desc="calibrating", unit="step", disable=not show_progress, leave=False) as bar:
+        t0 = time.perf_counter()
+        times, forward_path = profile_shapes(cfg.model, cfg.engine, shapes, s.rounds, s.burst, bar.update)
+        profiling_s = time.perf_counter() - t0
+        serving = serving_steps(cfg.model, cfg.engine, s.replay_requests, bar.update)
+        serving_s = time.perf_counter() - t0 - profiling_s
+    results = compare(shapes, times, s.held_out_share, s.seed)
+    held_serving, coef, probe_coef, trimmed = fit_with_serving(shapes, times, serving, s)
     better = min(results.values(), key=lambda r: (r.median_rel_error, r.p90_rel_error))
     cond = conditions(cfg, num_parameters(cfg.model), forward_path=forward_path)
+    fp = fingerprint(cfg.model, cfg.engine)
     profile = {
         "format": PROFILE_FORMAT,
+        "fingerprint": fp,
+        "fingerprint_id": fingerprint_id(fp),
+        "machine": describe(fp),
         "applies_to": applies_to(cfg.model, cfg.engine),
-        # The stored form is linear (plain numbers, microseconds to evaluate); `compared`
-        # says how it did against the forest on the same held-out shapes.
-        "model": {"form": "linear", "features": list(FEATURES), "coefficients_s": refit_all(shapes, times)},
-        "held_out": results["linear"].summary() | {"share": held_out_share, "seed": seed},
+        # Plain numbers, microseconds to evaluate. `probe_only` is the same form fit on the probe alone.
+        "model": {"form": "linear", "fit_on": "probe shapes + serving replays", "features": list(FEATURES),
+                  "coefficients_s": coef},
+        "probe_only": {"form": "linear", "fit_on": "probe shapes", "features": list(FEATURES),
+                       "coefficients_s": probe_coef},
+        # The error a run's steps see: serving steps of replays the fit left out.
+        "held_out": held_serving["probe + serving"] | {"on": f"serving steps of replays {list(HELD_OUT_REPLAYS)}"},
+        "held_out_serving": held_serving,
+        "held_out_shapes": results["linear"].summary() | {"share": s.held_out_share, "seed": s.seed},
         "compared": {name: r.summary() for name, r in results.items()},
         "better_form": better.form,
-        "shapes": {"num_shapes": len(shapes), "rounds": rounds, "burst": burst, "statistic": "median",
+        "settings": dataclasses.asdict(s),
+        "shapes": {"num_shapes": len(shapes), "rounds": s.rounds, "burst": s.burst, "statistic": "median",
                    "profiling_s": round(profiling_s, 1)},
+        "serving": {"replays": [{"budget": b, "rate_per_s": r} for b, r in REPLAYS],
+                    "requests_per_replay": s.replay_requests, "steps": int(len(serving.duration_s)),
+                    "stalled_steps_left_out": trimmed, "serving_s": round(serving_s, 1)},
         "conditions": {k: cond[k] for k in CONDITION_KEYS},
     }
-    return Calibration(shapes, times, results, profile)
+    return Calibration(shapes, times, serving, results, profile)
+
+
+def fit_with_serving(shapes, times, serving: ServingSteps, s: CalibrationSettings):
+    """Held-out errors on serving steps (probe-only fit vs probe + serving, both fit on the training
+    shapes and replays), then the stored coefficients refit on everything."""
+    x = np.array([sh.features() for sh in shapes])
+    y = np.array(times)
+    train, _ = split(len(shapes), s.held_out_share, s.seed)
+    test_rows = np.isin(serving.replay, HELD_OUT_REPLAYS)
+    sx, sy = serving.features, serving.duration_s
+    probe_coef = fit_linear(x[train], y[train])
+    both_coef, _ = fit_probe_and_serving(x[train], y[train], sx[~test_rows], sy[~test_rows])
+    held = {name: FitResult("linear", None, rel_errors(sx[test_rows] @ c, sy[test_rows])).summary()
+            | {"median_ratio": float(np.median(sy[test_rows] / (sx[test_rows] @ c)))}
+            for name, c in (("probe only", probe_coef), ("probe + serving", both_coef))}
+    coef, trimmed = fit_probe_and_serving(x, y, sx, sy)
+    return held, [float(c) for c in coef], refit_all(shapes, times), trimmed

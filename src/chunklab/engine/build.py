@@ -9,15 +9,22 @@ from chunklab.engine.sim_executor import PlaceholderExecutor
 
 
 def build_engine(cfg: RunConfig) -> tuple[LLMEngine, str]:
-    """The engine, and why no profile guards it (empty when one does, or when simulated)."""
-    simulated = cfg.engine.executor == "simulated"
-    cost_model, why_none = load_cost_model(cfg.model, cfg.engine, required=simulated)
-    if simulated:
+    """The engine, and why no profile guards it (empty when one does, or when simulated).
+
+    A measured run's profile (engine.profile=auto: this machine's, calibrated on first use)
+    predicts each step for the noise guard; a simulated run's profile is its clock."""
+    if cfg.engine.executor == "simulated":
+        cost_model, _ = load_cost_model(cfg.model, cfg.engine, required=True)
         return LLMEngine(cfg.model, cfg.engine, cfg.scheduler, SimClock(), PlaceholderExecutor(), cost_model), ""
+    from chunklab.calibration.machine import warn_if_another_machine
     from chunklab.engine.model_runner import ModelRunner  # torch: only for the real executor
 
-    runner = ModelRunner(cfg.model, cfg.engine)
-    return LLMEngine(cfg.model, cfg.engine, cfg.scheduler, make_clock(cfg.engine.clock), runner, cost_model), why_none
+    runner = ModelRunner(cfg.model, cfg.engine)  # first: a device that is not here fails before calibrating
+    warn_if_another_machine(cfg)
+    cost_model, why_none = load_cost_model(cfg.model, cfg.engine, required=False)
+    engine = LLMEngine(cfg.model, cfg.engine, cfg.scheduler, make_clock(cfg.engine.clock), runner, cost_model,
+                       log_features=True)  # a measured run's steps.csv: data to fit cost models on
+    return engine, why_none
 
 
 def profile_tags(cost_model: CostModel | None) -> dict[str, str]:

@@ -17,7 +17,7 @@ from chunklab.engine.scheduler import StepPlan
 from chunklab.engine.step_shape import FEATURES, StepShape
 from chunklab.paths import in_project
 
-PROFILE_FORMAT = 1
+PROFILE_FORMAT = 2  # 2: fingerprinted, fit on probe shapes and serving replays
 
 
 def applies_to(model: ModelConfig, engine: EngineConfig) -> dict:
@@ -29,8 +29,13 @@ def applies_to(model: ModelConfig, engine: EngineConfig) -> dict:
                                                    "compile": engine.compile}
 
 
-def profile_path(engine: EngineConfig) -> Path:
-    """engine.profile; a relative path is taken from the project directory (chunklab.paths)."""
+def profile_path(model: ModelConfig, engine: EngineConfig) -> Path:
+    """engine.profile; a relative path is taken from the project directory (chunklab.paths).
+    auto: this machine's, calibrated on first use (calibration/machine.py; imports torch)."""
+    if engine.profile == "auto":
+        from chunklab.calibration.machine import ensure_machine_profile
+
+        return ensure_machine_profile(model, engine)
     return in_project(engine.profile)
 
 
@@ -40,10 +45,14 @@ class CostModel:
     mixed_batch: bool
     digest: str  # of the profile file: which calibration predicted a run
     conditions: dict  # where and when the profile was measured
-    held_out: dict  # its error on shapes left out of the fit
+    held_out: dict  # its error on serving steps left out of the fit
+    fingerprint: dict  # the machine and engine build it is true for (calibration/fingerprint.py)
+
+    def predict_features(self, features: list[float]) -> float:
+        return sum(c * f for c, f in zip(self.coefficients_s, features))
 
     def predict_shape(self, shape: StepShape) -> float:
-        return sum(c * f for c, f in zip(self.coefficients_s, shape.features()))
+        return self.predict_features(shape.features())
 
     def predict(self, plan: StepPlan) -> float:
         """Seconds the engine takes for this plan (schedule, forward, postprocess)."""
@@ -53,8 +62,16 @@ class CostModel:
     def from_profile(cls, doc: dict, mixed_batch: bool, digest: str = "") -> "CostModel":
         if doc.get("format") != PROFILE_FORMAT or tuple(doc["model"]["features"]) != FEATURES:
             raise ConfigError(f"profile format {doc.get('format')!r} with features {doc.get('model', {}).get('features')}"
-                              f" is not this version's ({PROFILE_FORMAT}, {list(FEATURES)}): re-run `dvc repro calibrate`")
-        return cls(tuple(doc["model"]["coefficients_s"]), mixed_batch, digest, doc["conditions"], doc["held_out"])
+                              f" is not this version's ({PROFILE_FORMAT}, {list(FEATURES)}): calibrate it again "
+                              "(`dvc repro calibrate`, or engine.profile=auto)")
+        return cls(tuple(doc["model"]["coefficients_s"]), mixed_batch, digest, doc["conditions"], doc["held_out"],
+                   doc.get("fingerprint", {}))
+
+
+def probe_only(doc: dict) -> dict:
+    """The same profile with its probe-only fit as the model: what a run predicts without the
+    serving replays in the fit (the fidelity stage's "before")."""
+    return doc | {"model": doc["probe_only"], "held_out": doc["held_out_serving"]["probe only"]}
 
 
 def read_profile(path: Path) -> tuple[dict, str]:
@@ -70,7 +87,7 @@ def load_cost_model(model: ModelConfig, engine: EngineConfig, required: bool) ->
 
     required (a simulated run): a missing or mismatched profile is a ConfigError.
     """
-    path = profile_path(engine)
+    path = profile_path(model, engine)
     if not path.is_file():
         why = f"engine.profile={engine.profile!r}: no such file (run `dvc repro calibrate`)"
         if required:

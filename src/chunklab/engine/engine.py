@@ -15,6 +15,7 @@ from chunklab.engine.block_manager import BlockManager
 from chunklab.engine.cost_model import CostModel
 from chunklab.engine.scheduler import Scheduler, StepPlan
 from chunklab.engine.sequence import Request, Sequence
+from chunklab.engine.step_shape import StepShape
 
 
 class Executor(Protocol):
@@ -41,11 +42,15 @@ class StepRecord:
     num_free_blocks: int
     num_preempted: int
     predicted_s: float | None = None  # the cost model's prediction, when a profile applies
+    features: list[float] | None = None  # the step's FEATURES (step_shape.py), when the engine logs them
 
 
 class LLMEngine:
     def __init__(self, model_cfg: ModelConfig, engine_cfg: EngineConfig, sched_cfg: SchedulerConfig,
-                 clock: Clock, executor: Executor | None = None, cost_model: CostModel | None = None):
+                 clock: Clock, executor: Executor | None = None, cost_model: CostModel | None = None,
+                 log_features: bool = False):
+        """log_features: every StepRecord carries its shape's FEATURES (a measured run's steps
+        become data a cost model can be fit on; a simulated run needs none of it)."""
         self.max_seq_len = model_cfg.max_seq_len
         self.block_manager = BlockManager(engine_cfg.num_blocks, engine_cfg.block_size)
         self.scheduler = Scheduler(sched_cfg, self.block_manager)
@@ -56,6 +61,8 @@ class LLMEngine:
         self.executor = executor
         self.clock = clock
         self.cost_model = cost_model
+        self.log_features = log_features
+        self.mixed_batch = engine_cfg.mixed_batch
 
     def add_request(self, request: Request) -> Sequence:
         """Queues the request, or rejects it (phase REJECTED) if it can never run."""
@@ -90,6 +97,11 @@ class LLMEngine:
         self.scheduler.num_preemptions = self.scheduler.num_chunked_prefills = 0
 
     @property
+    def executor_mixed_batch(self) -> bool:
+        """Whether this step runs as one forward (the calibration probe switches it per shape)."""
+        return getattr(self.executor, "mixed_batch", self.mixed_batch)
+
+    @property
     def has_unfinished(self) -> bool:
         return self.scheduler.num_unfinished > 0
 
@@ -98,7 +110,10 @@ class LLMEngine:
         plan = self.scheduler.schedule()
         if plan.is_empty:
             raise RuntimeError("scheduler made no progress with unfinished requests")
-        predicted_s = self.cost_model.predict(plan) if self.cost_model else None
+        features = None
+        if self.log_features or self.cost_model:  # read before the step runs (counters say what is cached)
+            features = StepShape.of(plan, self.executor_mixed_batch).features()
+        predicted_s = self.cost_model.predict_features(features) if self.cost_model else None
         sampled = self.executor.run(plan)
         self.clock.advance(predicted_s)  # moves only a simulated clock
         end_s = self.clock.now()
@@ -109,5 +124,6 @@ class LLMEngine:
             num_prefill_chunks=len(plan.prefills), num_running=len(self.scheduler.running),
             num_waiting=len(self.scheduler.waiting), num_free_blocks=self.block_manager.num_free_blocks,
             num_preempted=len(plan.preempted), predicted_s=predicted_s,
+            features=features if self.log_features else None,
         )
         return record, finished

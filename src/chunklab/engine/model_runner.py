@@ -26,14 +26,40 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def eager_reason(model_cfg: ModelConfig, engine_cfg: EngineConfig) -> str:
+    """Why this config runs the eager path ('' when it asks for the fused forward and may have it)."""
+    if not engine_cfg.compile:
+        return "engine.compile=false"
+    if model_cfg.attention != "sdpa":
+        return f"model.attention={model_cfg.attention} is an eager-only ablation"
+    if model_cfg.dtype != "float32" or engine_cfg.device != "cpu":
+        return f"the fused forward is float32 on CPU; this run is {model_cfg.dtype} on {engine_cfg.device}"
+    return ""
+
+
+def planned_forward_path(model_cfg: ModelConfig, engine_cfg: EngineConfig) -> str:
+    """'fused' or 'eager': the path a runner of this config takes on this machine."""
+    if eager_reason(model_cfg, engine_cfg):
+        return "eager"
+    from chunklab.model.native import NativeUnavailable, load_extension
+
+    try:
+        load_extension()
+    except NativeUnavailable:
+        return "eager"
+    return "fused"
+
+
 class ModelRunner:
     def __init__(self, model_cfg: ModelConfig, engine_cfg: EngineConfig):
         self.device = resolve_device(engine_cfg.device)
         self.dtype = DTYPES[model_cfg.dtype]
-        if engine_cfg.threads > 0:
-            torch.set_num_threads(engine_cfg.threads)
+        from chunklab.calibration.fingerprint import torch_threads
+
+        torch.set_num_threads(torch_threads(engine_cfg))  # 0: torch's default, even after a 1-thread runner
         self.model = TinyGPT.from_seed(model_cfg, model_cfg.seed, self.dtype, self.device)
         self.attention_impl = model_cfg.attention
+        self._model_cfg = model_cfg
         self.mixed_batch = engine_cfg.mixed_batch
         self.temperature = engine_cfg.temperature
         self.sampling_seed = engine_cfg.sampling_seed
@@ -49,12 +75,9 @@ class ModelRunner:
     def _fused_forward(self, engine_cfg: EngineConfig):
         """The fused C++ forward when engine.compile is on and it can run here, else eager ops.
         Returns (forward or None, the path's name as the run's conditions record it)."""
-        if not engine_cfg.compile:
-            return None, "eager"
-        if self.attention_impl != "sdpa":
-            return None, f"eager (model.attention={self.attention_impl} is an eager-only ablation)"
-        if self.dtype != torch.float32 or self.device.type != "cpu":
-            return None, f"eager (the fused forward is float32 on CPU; this run is {self.dtype} on {self.device.type})"
+        reason = eager_reason(self._model_cfg, engine_cfg)
+        if reason:
+            return None, "eager" if not engine_cfg.compile else f"eager ({reason})"
         from chunklab.model.native import FusedForward, NativeUnavailable
 
         try:

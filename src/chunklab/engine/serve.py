@@ -30,7 +30,7 @@ def serve(engine: LLMEngine, requests: list[Request], on_done: Callable[[int], N
     """
     pending = deque(sorted(requests, key=lambda r: r.arrival_s))
     sequences: dict[int, Sequence] = {}
-    steps = StepLog()
+    steps = StepLog(with_features=engine.log_features)
     clock = engine.clock
     clock.start()
     stopped, error = False, None

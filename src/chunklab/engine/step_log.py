@@ -7,15 +7,20 @@ import math
 from array import array
 
 from chunklab.engine.engine import StepRecord
+from chunklab.engine.step_shape import FEATURES
 
-FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord))
+FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord) if f.name != "features")
 FLOAT_FIELDS = ("start_s", "duration_s", "predicted_s")
+FEATURE_PREFIX = "f_"  # steps.csv columns of a step's shape features: f_tokens, f_decode_ctx, ...
 
 
 class StepLog:
-    def __init__(self):
+    def __init__(self, with_features: bool = False):
+        """with_features: also keep each step's FEATURES (a measured run's, to fit cost models on)."""
         self.columns = {name: array("d" if name in FLOAT_FIELDS else "q") for name in FIELDS}
         self._appenders = [(name, column.append) for name, column in self.columns.items()]
+        self.feature_columns = [array("d") for _ in FEATURES] if with_features else []
+        self.columns |= {FEATURE_PREFIX + name: c for name, c in zip(FEATURES, self.feature_columns)}
 
     @classmethod
     def of(cls, steps) -> "StepLog":
@@ -28,12 +33,18 @@ class StepLog:
         for name, column in self._appenders:
             value = getattr(step, name)
             column(math.nan if value is None else value)
+        if self.feature_columns:
+            features = step.features or [math.nan] * len(FEATURES)
+            for column, value in zip(self.feature_columns, features):
+                column.append(value)
 
     def __len__(self) -> int:
         return len(self.columns["start_s"])
 
     def __getitem__(self, i: int) -> StepRecord:
-        values = {name: column[i] for name, column in self.columns.items()}
+        values = {name: column[i] for name, column in self.columns.items() if name in FIELDS}
+        if self.feature_columns:
+            values["features"] = [c[i] for c in self.feature_columns]
         if math.isnan(values["predicted_s"]):
             values["predicted_s"] = None
         return StepRecord(**values)

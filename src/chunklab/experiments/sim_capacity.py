@@ -37,22 +37,29 @@ def probe(cfg: RunConfig, rate: float, seeds: list[int], num_requests: int, proc
 def search_capacity(cfg: RunConfig, seeds: list[int], num_requests: int, target: float = 0.9,
                     start: tuple[float, float] = (2.0, 16.0), rel_tol: float = 0.02,
                     processes: int | None = None) -> SimCapacity:
+    return bisect_capacity(lambda rate: probe(cfg, rate, seeds, num_requests, processes), target, start, rel_tol)
+
+
+def bisect_capacity(measure, target: float, start: tuple[float, float], rel_tol: float,
+                    widen: float = 2.0) -> SimCapacity:
+    """measure(rate) -> a probe dict with slo_attainment (simulated or measured). Widens the start
+    bracket by `widen` until it holds the capacity, then bisects in log-rate to hi / lo <= 1 + rel_tol."""
     probes: list[dict] = []
     seen: dict[float, bool] = {}
 
     def passes(rate: float) -> bool:
         if rate not in seen:
-            probes.append(probe(cfg, rate, seeds, num_requests, processes))
+            probes.append(measure(rate))
             seen[rate] = probes[-1]["slo_attainment"] >= target
         return seen[rate]
 
     lo, hi = start
     while not passes(lo):  # widen until the bracket holds the capacity
-        lo, hi = lo / 2, lo
+        lo, hi = lo / widen, lo
         if lo < 1e-3:
             return SimCapacity(0.0, hi, probes)
     while passes(hi):
-        lo, hi = hi, hi * 2
+        lo, hi = hi, hi * widen
         if hi > 1e4:
             return SimCapacity(lo, math.inf, probes)
     while hi / lo > 1 + rel_tol:

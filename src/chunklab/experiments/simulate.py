@@ -17,22 +17,36 @@ from chunklab.metrics.summary import summarize
 from chunklab.workload import make_requests
 
 
+REQUEST_KEYS = ("request_id", "label", "status", "ttft_s", "tpot_s", "e2e_s")
+
+
 def simulate(cfg: RunConfig) -> dict[str, float]:
+    return _simulate(cfg)[0]
+
+
+def simulate_requests(cfg: RunConfig) -> tuple[dict[str, float], list[dict]]:
+    """The summary and, per request, REQUEST_KEYS: pairs with a measured run of the same workload."""
+    summary, records = _simulate(cfg)
+    return summary, [{k: getattr(r, k) for k in REQUEST_KEYS} for r in records]
+
+
+def _simulate(cfg: RunConfig):
     cfg = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, executor="simulated"))
     requests, _ = make_requests(cfg)
     engine, _ = build_engine(cfg)
     result = serve(engine, requests)
     records = [record(s) for s in result.sequences]
-    return summarize(records, result.steps, result.makespan_s, cfg.slo, engine.scheduler.num_chunked_prefills)
+    return summarize(records, result.steps, result.makespan_s, cfg.slo, engine.scheduler.num_chunked_prefills), records
 
 
 def default_processes() -> int:
     return max(1, min(len(os.sched_getaffinity(0)), int(os.environ.get("CHUNKLAB_SIM_PROCESSES", "64"))))
 
 
-def simulate_many(cfgs: list[RunConfig], processes: int | None = None) -> list[dict[str, float]]:
+def simulate_many(cfgs: list[RunConfig], processes: int | None = None, fn=simulate) -> list:
+    """fn (simulate or simulate_requests) of each config, in order."""
     processes = processes or default_processes()
     if processes == 1 or len(cfgs) == 1:
-        return [simulate(c) for c in cfgs]
+        return [fn(c) for c in cfgs]
     with multiprocessing.get_context("fork").Pool(min(processes, len(cfgs))) as pool:
-        return pool.map(simulate, cfgs, chunksize=1)
+        return pool.map(fn, cfgs, chunksize=1)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from chunklab.app import run_tracked
+from chunklab.engine.step_log import FEATURE_PREFIX
 from chunklab.experiments.compose import compose_run_config
 from chunklab.metrics.conditions import conditions_line
 
@@ -45,7 +46,9 @@ def run_grid(name: str, base: list[str], points: list[dict], run_root: Path,
                                                "arrival_s": s.request.arrival_s, "token_index": j, "time_s": t}
                                         for s in out.result.sequences for j, t in enumerate(s.token_times_s)]))
         if keep_steps:
-            steps.append(out.result.steps.to_frame()[STEP_COLUMNS].assign(run=i))
+            frame = out.result.steps.to_frame()
+            features = [c for c in frame.columns if c.startswith(FEATURE_PREFIX)]  # a measured run's shapes
+            steps.append(frame[STEP_COLUMNS + features].assign(run=i))
         conds.append(conditions_line(out.conditions))
         print(f"[{name}] {i + 1}/{len(points)} {point}: TTFT p50 {out.summary.get('ttft_p50_s', float('nan')):.3f}s, "
               f"{out.summary['output_tokens_per_s']:.1f} tok/s", flush=True)

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-# metric -> the largest relative error the simulation may have against the real median
-GOALS = {"ttft_p50_s": 0.10, "ttft_p95_s": 0.20, "ttft_p99_s": 0.20, "itl_p50_s": 0.10, "itl_p99_s": 0.20,
-         "tpot_p50_s": 0.10, "e2e_p50_s": 0.10, "goodput_req_per_s": 0.10}
+# metric -> the largest relative error the simulation may have against the real median (issue 18:
+# p50 5%, p95 and p99 9%, Vidur's figure at P95), unless it lies inside the repeats' own min-max
+GOALS = {"ttft_p50_s": 0.05, "ttft_p95_s": 0.09, "ttft_p99_s": 0.09, "itl_p50_s": 0.05, "itl_p99_s": 0.09,
+         "tpot_p50_s": 0.05, "e2e_p50_s": 0.05, "e2e_p95_s": 0.09, "e2e_p99_s": 0.09,
+         "goodput_req_per_s": 0.05}
 KEYS = ["intensity", "budget"]
 
 
@@ -25,7 +27,7 @@ def fidelity_table(runs: pd.DataFrame) -> pd.DataFrame:
                          "rel_error": abs(simulated - median) / median if median else float("nan"),
                          "goal": goal, "within_real_spread": values.min() <= simulated <= values.max()})
     table = pd.DataFrame(rows)
-    table["met"] = table["rel_error"] <= table["goal"]
+    table["met"] = (table["rel_error"] <= table["goal"]) | table["within_real_spread"]
     return table
 
 
@@ -40,3 +42,32 @@ def step_error_table(steps: pd.DataFrame) -> pd.DataFrame:
                                      ratio_p90=("ratio", lambda v: v.quantile(0.9)), ratio_max=("ratio", "max")))
     out["median_measured_ms"] *= 1e3
     return out.reset_index()
+
+
+PAIRED_METRICS = ("ttft_s", "e2e_s", "tpot_s")
+PAIRED_GOAL = 0.05  # median |sim - real| / real per request (issue 18: beat Vidur's 9% at P95)
+
+
+def paired_errors(real: pd.DataFrame, sim: pd.DataFrame) -> pd.DataFrame:
+    """Per request: |sim - real| / real for PAIRED_METRICS. real: requests of the measured runs
+    (`point`, `repeat`, `request_id`, metrics); sim: the simulated run of each point (`point`,
+    `request_id`, metrics). The simulator runs our scheduler, so request i meets the same
+    decisions in both and the pairs are meaningful. Requests without a value on either side
+    (rejected, one output token for TPOT) are left out of that metric."""
+    both = real.merge(sim, on=["point", "request_id"], suffixes=("_real", "_sim"), validate="many_to_one")
+    rows = []
+    for metric in PAIRED_METRICS:
+        r, s = both[f"{metric}_real"], both[f"{metric}_sim"]
+        ok = r.notna() & s.notna() & (r > 0)
+        rows.append(both.loc[ok, ["point", "repeat", "request_id"]].assign(
+            metric=metric.removesuffix("_s"), rel_error=((s[ok] - r[ok]).abs() / r[ok]).to_numpy(),
+            signed_error=((s[ok] - r[ok]) / r[ok]).to_numpy()))
+    return pd.concat(rows, ignore_index=True)
+
+
+def paired_table(errors: pd.DataFrame) -> pd.DataFrame:
+    """point, metric, median_rel_error, p90_rel_error, n (pooled over the repeats), plus the median
+    signed error (which way the simulation leans)."""
+    g = errors.groupby(["point", "metric"], sort=False)
+    return pd.DataFrame({"median_rel_error": g["rel_error"].median(), "p90_rel_error": g["rel_error"].quantile(0.9),
+                         "n": g.size(), "median_signed_error": g["signed_error"].median()}).reset_index()

@@ -1,0 +1,77 @@
+"""Which machine a profile is true for.
+
+A step-cost profile measures one machine running one version of the engine: the CPU,
+how many cores and torch threads, the torch build, the forward path (fused C++ or eager),
+the model's arithmetic and the engine's compute code. The fingerprint records all of it;
+two runs may share a profile only when their fingerprints are equal. Its id names the
+per-machine cache file (calibration/machine.py).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from functools import cache
+from pathlib import Path
+
+from chunklab.config import EngineConfig, ModelConfig
+from chunklab.metrics.conditions import cpu_model
+
+SRC = Path(__file__).resolve().parents[1]
+# The code a step's time depends on (the calibrate stage's deps): a change here is a new engine.
+COMPUTE_SOURCES = ("model", "calibration", "engine/model_runner.py", "engine/engine.py", "engine/scheduler.py",
+                   "engine/block_manager.py", "engine/sequence.py", "engine/step_shape.py")
+MACHINE_KEYS = ("cpu_model", "cpu_logical_cores", "torch_threads", "torch_version", "device", "forward_path")
+
+
+@cache
+def default_threads() -> int:
+    """torch's intra-op threads before anything set them (engine.threads=0 keeps this)."""
+    import torch
+
+    return torch.get_num_threads()
+
+
+def torch_threads(engine: EngineConfig) -> int:
+    return engine.threads if engine.threads > 0 else default_threads()
+
+
+@cache
+def source_digest() -> str:
+    digest = hashlib.sha256()
+    for rel in COMPUTE_SOURCES:
+        root = SRC / rel
+        files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".py", ".cpp", ".h")) \
+            if root.is_dir() else [root]
+        for path in files:
+            digest.update(str(path.relative_to(SRC)).encode() + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def fingerprint(model: ModelConfig, engine: EngineConfig) -> dict:
+    """This machine and software for a run of this model and engine (imports torch)."""
+    import torch
+
+    from chunklab.engine.cost_model import applies_to
+    from chunklab.engine.model_runner import planned_forward_path
+
+    return {"cpu_model": cpu_model(), "cpu_logical_cores": os.cpu_count(), "torch_threads": torch_threads(engine),
+            "torch_version": torch.__version__, "device": engine.device,
+            "forward_path": planned_forward_path(model, engine), "source_digest": source_digest(),
+            "applies_to": applies_to(model, engine)}
+
+
+def fingerprint_id(fp: dict) -> str:
+    return hashlib.sha256(json.dumps(fp, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def describe(fp: dict) -> str:
+    """One phrase naming the machine: 'AMD EPYC 7B13 (2 logical cores), 2 threads, torch 2.13.0+cpu, fused'."""
+    return (f"{fp.get('cpu_model', '?')} ({fp.get('cpu_logical_cores', '?')} logical cores), "
+            f"{fp.get('torch_threads', '?')} threads, torch {fp.get('torch_version', '?')}, "
+            f"{fp.get('forward_path', '?')} forward")
+
+
+def differences(a: dict, b: dict) -> list[str]:
+    """The fingerprint keys where two profiles' machines differ ('source_digest' for another engine build)."""
+    return [k for k in (*MACHINE_KEYS, "source_digest", "applies_to") if a.get(k) != b.get(k)]

@@ -1,0 +1,90 @@
+"""engine.profile=auto: this machine's profile, from a per-machine cache, calibrated on first use.
+
+A profile is true for the machine that measured it (calibration/fingerprint.py). A measured
+run predicts its steps (the noise guard) and resolves workload.load with the profile of the
+machine it runs on: `auto` finds it in .cache/profiles/ (or $CHUNKLAB_PROFILE_CACHE) under its
+fingerprint, or calibrates it there first (about two minutes for TinyGPT on 2 cores; one line
+says so). A profile given by path is used as given; when a measured run's machine is not the
+profile's, one line on stderr names both.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+
+from chunklab.config import EngineConfig, ModelConfig, RunConfig
+from chunklab.paths import in_project
+
+AUTO = "auto"
+CACHE_ENV = "CHUNKLAB_PROFILE_CACHE"
+CACHE_DIR = Path(".cache") / "profiles"  # in the project directory (chunklab.paths)
+# smoke: a few shapes and requests, for tests of the path (never as good as a real profile; its
+# cache file is named apart, so a real run never picks it up)
+SETTINGS_ENV = "CHUNKLAB_CALIBRATION"
+_warned: set[str] = set()
+
+
+def cache_dir() -> Path:
+    return in_project(os.environ.get(CACHE_ENV) or CACHE_DIR)
+
+
+def machine_profile_path(model: ModelConfig, engine: EngineConfig) -> Path:
+    from chunklab.calibration.fingerprint import fingerprint, fingerprint_id
+
+    kind = os.environ.get(SETTINGS_ENV, "")
+    suffix = f"-{kind}" if kind else ""
+    return cache_dir() / f"{model.name}-{fingerprint_id(fingerprint(model, engine))}{suffix}.json"
+
+
+def ensure_machine_profile(model: ModelConfig, engine: EngineConfig) -> Path:
+    """This machine's profile for the model and engine: from the cache, or calibrated into it now."""
+    path = machine_profile_path(model, engine)
+    if path.is_file():
+        return path
+    from chunklab.calibration.fingerprint import describe, fingerprint
+    from chunklab.calibration.profile import CalibrationSettings, calibrate
+
+    settings = CalibrationSettings.smoke() if os.environ.get(SETTINGS_ENV) == "smoke" else CalibrationSettings()
+    print(f"chunklab: engine.profile=auto: no profile of this machine for {model.name} "
+          f"({describe(fingerprint(model, engine))}) in {path.parent}: calibrating it now (once; about three "
+          "minutes for TinyGPT on 2 cores)", file=sys.stderr)
+    cfg = RunConfig(model=model, engine=dataclasses.replace(engine, profile=AUTO))
+    write_profile(calibrate(cfg, settings, show_progress=None).profile, path)
+    return path
+
+
+def write_profile(doc: dict, path: Path) -> None:
+    """Atomically: parallel processes may calibrate at once (the last rename wins, both are valid)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def warn_if_another_machine(cfg: RunConfig) -> None:
+    """One line when a measured run is given a profile of another machine (or engine build)."""
+    from chunklab.calibration.fingerprint import describe, differences, fingerprint
+    from chunklab.engine.cost_model import PROFILE_FORMAT, applies_to, profile_path
+
+    if cfg.engine.profile == AUTO:
+        return
+    path = profile_path(cfg.model, cfg.engine)
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return  # load_cost_model says why it cannot be used
+    if doc.get("format") != PROFILE_FORMAT or doc.get("applies_to") != applies_to(cfg.model, cfg.engine):
+        return  # not used at all (load_cost_model says why)
+    ours = fingerprint(cfg.model, cfg.engine)
+    theirs = doc.get("fingerprint", {})
+    diff = differences(theirs, ours)
+    if not diff or str(path) in _warned:
+        return
+    _warned.add(str(path))
+    what = "another engine build" if diff == ["source_digest"] else "another machine"
+    print(f"chunklab: engine.profile={cfg.engine.profile} is {what}'s ({describe(theirs)}; differs in "
+          f"{', '.join(diff)}), this run measures on {describe(ours)}: its predictions and capacity are that "
+          f"machine's (engine.profile=auto uses this one's)", file=sys.stderr)

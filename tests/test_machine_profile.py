@@ -1,0 +1,152 @@
+"""Profiles know their machine: fingerprints, engine.profile=auto, the serving fit, paired errors,
+capacity by bisection (issue 18)."""
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from chunklab.calibration.fingerprint import describe, differences, fingerprint, fingerprint_id
+from chunklab.calibration.fit import STALL_RATIO, fit_linear, fit_probe_and_serving
+from chunklab.calibration.machine import CACHE_ENV, machine_profile_path
+from chunklab.config import EngineConfig
+from chunklab.experiments.compose import compose_run_config
+from chunklab.experiments.sim_capacity import bisect_capacity
+from chunklab.report.fidelity import paired_errors, paired_table
+from helpers import MICRO
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["model=micro", "tracking=none", "tracking.progress=false", "workload.num_requests=6",
+         "workload.classes.0.min_tokens=200", "workload.classes.0.max_tokens=200", "workload.min_output_tokens=4",
+         "workload.max_output_tokens=8"]
+
+
+def test_a_fingerprint_names_the_machine_threads_and_engine_build():
+    fp32 = dataclasses.replace(MICRO, dtype="float32")  # the fused forward's dtype
+    two, one = fingerprint(fp32, EngineConfig(threads=2)), fingerprint(fp32, EngineConfig(threads=1))
+    assert two["torch_threads"] == 2 and one["torch_threads"] == 1
+    assert fingerprint_id(two) != fingerprint_id(one) and differences(two, one) == ["torch_threads"]
+    eager = fingerprint(fp32, EngineConfig(threads=2, compile=False))
+    assert eager["forward_path"] == "eager" and "forward_path" in differences(two, eager)
+    assert len(two["source_digest"]) == 12 and two["cpu_logical_cores"] == os.cpu_count()
+    assert "2 threads" in describe(two) and two["cpu_model"] in describe(two)
+
+
+def test_auto_calibrates_this_machine_once_then_reuses_it(tmp_path, monkeypatch, capfd):
+    from chunklab.app import run_experiment
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    cfg = compose_run_config(SMALL)
+    assert cfg.engine.profile == "auto"
+    first = run_experiment(cfg, tmp_path / "a")
+    err = capfd.readouterr().err
+    assert err.count("calibrating it now") == 1 and "engine.profile=auto" in err
+    path = machine_profile_path(cfg.model, cfg.engine)
+    assert path.parent == tmp_path / "cache" and path.is_file()
+    doc = json.loads(path.read_text())
+    assert doc["fingerprint"] == fingerprint(cfg.model, cfg.engine) and doc["fingerprint_id"] in path.name
+    assert first.tags["profile.digest"] and first.summary["step_time_vs_predicted_p50"] > 0  # it guards the run
+    second = run_experiment(cfg, tmp_path / "b")
+    assert "calibrating" not in capfd.readouterr().err
+    assert second.tags["profile.digest"] == first.tags["profile.digest"]
+    steps = pd.read_csv(tmp_path / "b" / "steps.csv")  # a measured run's steps carry their shapes
+    assert {"f_tokens", "f_decode_ctx", "f_causal_pairs"} <= set(steps.columns)
+    assert (steps["f_tokens"] == steps["num_decode_tokens"] + steps["num_prefill_tokens"]).all()
+
+
+def test_a_profile_of_another_machine_is_used_with_one_line_naming_both(tmp_path, monkeypatch, capfd):
+    from chunklab.app import run_experiment
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    cfg = compose_run_config(SMALL)
+    run_experiment(cfg, tmp_path / "a")  # this machine's, calibrated
+    doc = json.loads(machine_profile_path(cfg.model, cfg.engine).read_text())
+    doc["fingerprint"] |= {"cpu_model": "Intel(R) Xeon(R) Imaginary 9999", "cpu_logical_cores": 96}
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(doc))
+    capfd.readouterr()
+    out = run_experiment(compose_run_config(SMALL + [f"engine.profile={other}"]), tmp_path / "b")
+    lines = [l for l in capfd.readouterr().err.splitlines() if "another machine" in l]
+    assert len(lines) == 1
+    assert "Intel(R) Xeon(R) Imaginary 9999 (96 logical cores)" in lines[0]
+    assert describe(fingerprint(cfg.model, cfg.engine)) in lines[0] and "cpu_model" in lines[0]
+    assert out.summary["num_finished"] == 6  # used as asked, not refused
+
+
+def test_the_serving_fit_recovers_known_costs_and_leaves_stalls_out():
+    rng = np.random.default_rng(0)
+    true = np.array([2e-3, 5e-5, 1e-6])
+    probe_x = np.column_stack([np.ones(40), rng.integers(1, 2000, 40), rng.integers(0, 10**5, 40)]).astype(float)
+    serve_x = np.column_stack([np.ones(400), rng.integers(1, 600, 400), rng.integers(0, 10**4, 400)]).astype(float)
+    # serving runs 10% slower than the probe; every 50th serving step is a stall of the machine
+    probe_y, serve_y = probe_x @ true, 1.1 * (serve_x @ true)
+    serve_y[::50] *= 3 * STALL_RATIO
+    assert np.allclose(fit_linear(probe_x, probe_y), true, rtol=1e-6)
+    coef, left_out = fit_probe_and_serving(probe_x, probe_y, serve_x, serve_y)
+    assert left_out == 8
+    ratio = np.median((serve_x @ coef) / (serve_x @ true))
+    assert 1.02 < ratio < 1.1  # pulled toward serving's 1.1, the probe keeps half the weight
+    weights = np.r_[np.full(40, 1.0), np.full(400, 0.0)]
+    assert np.allclose(fit_linear(np.r_[probe_x, serve_x], np.r_[probe_y, serve_y], weights + 1e-12), true, rtol=1e-3)
+
+
+def test_paired_errors_compare_each_request_with_itself():
+    real = pd.DataFrame({"point": "p", "repeat": [0, 0, 1, 1], "request_id": [1, 2, 1, 2],
+                         "ttft_s": [1.0, 2.0, 1.0, 4.0], "e2e_s": [2.0, 4.0, 2.0, 4.0], "tpot_s": [0.1, None, 0.1, None]})
+    sim = pd.DataFrame({"point": "p", "request_id": [2, 1], "ttft_s": [2.2, 1.1], "e2e_s": [4.0, 2.0],
+                        "tpot_s": [None, 0.09]})
+    table = paired_table(paired_errors(real, sim)).set_index("metric")
+    assert table.loc["ttft", "n"] == 4 and table.loc["tpot", "n"] == 2  # no TPOT with one output token
+    assert table.loc["ttft", "median_rel_error"] == pytest.approx(0.1)  # 0.1, 0.1, 0.1, 0.45
+    assert table.loc["ttft", "p90_rel_error"] == pytest.approx(0.1 + 0.7 * (0.45 - 0.1))  # linear quantile
+    assert table.loc["e2e", "median_rel_error"] == 0 and table.loc["tpot", "median_signed_error"] == pytest.approx(-0.1)
+    with pytest.raises(pd.errors.MergeError):  # one simulated record per request and point
+        paired_errors(real, pd.concat([sim, sim]))
+
+
+@pytest.mark.parametrize("capacity", [0.37, 3.7, 37.0])
+def test_capacity_bisection_brackets_the_true_capacity(capacity):
+    seen = []
+
+    def measure(rate):
+        seen.append(rate)
+        return {"rate_per_s": rate, "slo_attainment": 1.0 if rate <= capacity else 0.5}
+
+    found = bisect_capacity(measure, 0.9, (3.7 * 0.96, 3.7 * 1.04), 0.03, widen=1.1)
+    assert found.lo_req_per_s <= capacity < found.hi_req_per_s
+    assert found.hi_req_per_s / found.lo_req_per_s <= 1.03 and len(found.probes) == len(set(seen))
+
+
+@pytest.mark.slow  # a full 1-thread calibration of TinyGPT (~5 min) and a 300-request measured run
+def test_one_thread_is_another_machine_with_its_own_profile(tmp_path):
+    """engine.threads=1 has its own fingerprint: a measured run at load 0.9 calibrates a 1-thread
+    profile, resolves the rate from it and runs below this configuration's capacity (with the
+    2-thread profile, 0.9 of its capacity is past what one thread serves)."""
+    env = {k: v for k, v in os.environ.items() if k != "CHUNKLAB_CALIBRATION"} | {
+        CACHE_ENV: str(tmp_path / "cache"), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"}
+    proc = subprocess.run([sys.executable, "run.py", "engine.threads=1", "workload.load=0.9",
+                           "workload.num_requests=300", "tracking.progress=false", f"hydra.run.dir={tmp_path}/run"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [profile] = (tmp_path / "cache").glob("tiny_gpt-*.json")
+    doc = json.loads(profile.read_text())
+    assert doc["fingerprint"]["torch_threads"] == 1 and "calibrating it now" in proc.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["conditions"]["torch_threads"] == "1" and summary["noise_guard"] == "on"
+    import hashlib
+
+    import mlflow
+
+    client = mlflow.MlflowClient(env["MLFLOW_TRACKING_URI"])
+    tags = client.search_runs([client.get_experiment_by_name("chunklab").experiment_id])[0].data.tags
+    assert tags["profile.digest"] == hashlib.sha256(profile.read_bytes()).hexdigest()[:12]  # used, not just made
+    two = compose_run_config(["engine.threads=2"])
+    assert doc["fingerprint_id"] != fingerprint_id(fingerprint(two.model, two.engine))
+    s = summary["summary"]
+    assert s["slo_attainment"] >= 0.9  # below capacity
+    assert 0.9 <= s["step_time_vs_predicted_p50"] <= 1.1  # the profile is this configuration's
