@@ -21,7 +21,8 @@ from chunklab.experiments.compose import compose_run_config
 from chunklab.experiments.simulate import simulate_many, simulate_requests
 from chunklab.metrics.conditions import sim_conditions_line
 from chunklab.report import figures
-from chunklab.report.fidelity import GOALS, fidelity_table, paired_errors, paired_table, step_error_table
+from chunklab.report.fidelity import (GOALS, fidelity_table, paired_errors, paired_table, repeat_floor,
+                                      step_error_table)
 from common import MACHINE_PROFILE, OUTPUTS, RUNS, params, write_json
 
 PROFILES = {"probe + serving": MACHINE_PROFILE, "probe only": "outputs/profiles/machine_probe_only.json"}
@@ -84,7 +85,8 @@ def main() -> None:
     step_err = step_errors(steps)
     paired["probe + serving"][["point", "metric", "median_rel_error", "p90_rel_error", "n"]].to_csv(
         out / "paired.csv", index=False, float_format="%.4g")
-    both = pd.concat([t.assign(fit=f) for f, t in paired.items()])
+    floor = repeat_floor(res.requests)
+    both = pd.concat([t.assign(fit=f) for f, t in paired.items()] + [floor.assign(fit="measured repeat vs repeat")])
     both.to_csv(out / "paired_before_after.csv", index=False, float_format="%.4g")
     table = tables["probe + serving"]
     table.to_csv(out / "fidelity.csv", index=False, float_format="%.6g")
@@ -96,7 +98,7 @@ def main() -> None:
     figures.fidelity(table[~table["point"].str.startswith("azure")], out / "fidelity.png")
     write_json(out / "metrics.json", metrics(paired["probe + serving"], table))
     (OUTPUTS / "tables").mkdir(exist_ok=True)
-    md = markdown(p, paired, table, step_err, lines)
+    md = markdown(p, paired, floor, table, step_err, lines)
     (OUTPUTS / "tables" / "fidelity.md").write_text(md)
     print(md)
 
@@ -124,11 +126,14 @@ def metrics(paired: pd.DataFrame, table: pd.DataFrame) -> dict:
             "percentile_rows_meeting_goal": round(float(table["met"].mean()), 4)}
 
 
-def markdown(p, paired, table, step_err, lines) -> str:
+def markdown(p, paired, floor, table, step_err, lines) -> str:
     after, before = paired["probe + serving"], paired["probe only"]
     pb = after.merge(before, on=["point", "metric"], suffixes=("", " (probe only)"))
+    pb = pb.merge(floor[["point", "metric", "median_rel_error"]].rename(
+        columns={"median_rel_error": "median_rel_error (repeat vs repeat)"}), on=["point", "metric"], how="left")
     pb = pb[["point", "metric", "n", "median_rel_error", "p90_rel_error", "median_signed_error",
-             "median_rel_error (probe only)", "p90_rel_error (probe only)", "median_signed_error (probe only)"]]
+             "median_rel_error (probe only)", "p90_rel_error (probe only)", "median_signed_error (probe only)",
+             "median_rel_error (repeat vs repeat)"]]
     at85 = table[table["point"].str.contains("load 0.85")]
     return "\n".join([
         "### Fidelity: simulated against measured", "",
@@ -137,7 +142,8 @@ def markdown(p, paired, table, step_err, lines) -> str:
         "budget 512).", "",
         "Per request, paired by id: |simulated - measured| / measured, pooled over the repeats "
         f"(goal: median <= 5% at load 0.85 and on the trace). Columns \"(probe only)\": the same with the fit "
-        "on probe shapes alone, before serving replays entered the fit.", "",
+        "on probe shapes alone, before serving replays entered the fit. \"(repeat vs repeat)\": the same error "
+        "between two measured repeats of the point, request by request: this machine's noise floor.", "",
         pb.to_markdown(index=False, floatfmt=".3f"), "",
         f"Percentiles against the repeats' median (goal met: within its goal, or inside the repeats' min-max): "
         f"{100 * table['met'].mean():.0f}% of {len(table)} rows; at load 0.85, "

@@ -150,3 +150,14 @@ def test_one_thread_is_another_machine_with_its_own_profile(tmp_path):
     s = summary["summary"]
     assert s["slo_attainment"] >= 0.9  # below capacity
     assert 0.9 <= s["step_time_vs_predicted_p50"] <= 1.1  # the profile is this configuration's
+
+
+def test_the_noise_floor_pairs_each_measured_repeat_with_the_others():
+    from chunklab.report.fidelity import repeat_floor
+
+    real = pd.DataFrame({"point": "p", "repeat": [0, 0, 1, 1], "request_id": [1, 2, 1, 2],
+                         "ttft_s": [1.0, 2.0, 1.1, 4.0], "e2e_s": [2.0, 4.0, 2.0, 4.0], "tpot_s": [0.1, None, 0.1, None]})
+    floor = repeat_floor(real).set_index("metric")
+    # ttft, both orders: 0.1, 1.0 (repeat 1 against 0), 1/11, 0.5 (0 against 1)
+    assert floor.loc["ttft", "n"] == 4 and floor.loc["ttft", "median_rel_error"] == pytest.approx(0.3)
+    assert floor.loc["e2e", "median_rel_error"] == 0 and floor.loc["tpot", "n"] == 2

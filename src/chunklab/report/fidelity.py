@@ -71,3 +71,14 @@ def paired_table(errors: pd.DataFrame) -> pd.DataFrame:
     g = errors.groupby(["point", "metric"], sort=False)
     return pd.DataFrame({"median_rel_error": g["rel_error"].median(), "p90_rel_error": g["rel_error"].quantile(0.9),
                          "n": g.size(), "median_signed_error": g["signed_error"].median()}).reset_index()
+
+
+def repeat_floor(real: pd.DataFrame) -> pd.DataFrame:
+    """The same paired error between measured repeats of one point (every ordered pair of repeats,
+    request by request): what a second measurement misses by. A simulator cannot get closer to one
+    measured run than another measured run of the same requests does; its columns match paired_table."""
+    frames = []
+    for (point, r1), a in real.groupby(["point", "repeat"], sort=False):
+        for r2, b in real[(real["point"] == point) & (real["repeat"] != r1)].groupby("repeat"):
+            frames.append(paired_errors(a, b.drop(columns=["repeat"]).assign(point=point)))
+    return paired_table(pd.concat(frames, ignore_index=True)) if frames else pd.DataFrame()
