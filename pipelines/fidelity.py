@@ -80,7 +80,8 @@ def main() -> None:
         runs.append(sim_runs.assign(fit=fit))
         tables[fit] = fidelity_table(pd.concat([res.runs.assign(executor="torch"), sim_runs]).assign(
             intensity=lambda d: d["point"])).rename(columns={"intensity": "point"})
-        cond_line = sim_conditions_line(cfgs[0])
+        if fit == "probe + serving":  # the profile the tables' main columns come from
+            cond_line = sim_conditions_line(cfgs[0])
     steps = res.steps.assign(point=res.steps["run"].map(lambda i: labels[i]))
     step_err = step_errors(steps)
     paired["probe + serving"][["point", "metric", "median_rel_error", "p90_rel_error", "n"]].to_csv(
