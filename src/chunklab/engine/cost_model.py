@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chunklab.config import ConfigError, EngineConfig, ModelConfig
-from chunklab.engine.scheduler import StepPlan
-from chunklab.engine.step_shape import FEATURES, StepShape
+from chunklab.engine.step_shape import FEATURES
 from chunklab.paths import in_project
 
 PROFILE_FORMAT = 2  # 2: fingerprinted, fit on probe shapes and serving replays
@@ -42,30 +41,22 @@ def profile_path(model: ModelConfig, engine: EngineConfig) -> Path:
 @dataclass(frozen=True)
 class CostModel:
     coefficients_s: tuple[float, ...]  # seconds per unit of each FEATURES entry
-    mixed_batch: bool
     digest: str  # of the profile file: which calibration predicted a run
     conditions: dict  # where and when the profile was measured
     held_out: dict  # its error on serving steps left out of the fit
-    fingerprint: dict  # the machine and engine build it is true for (calibration/fingerprint.py)
 
     def predict_features(self, features: list[float]) -> float:
+        """Seconds the engine takes for a step with these FEATURES (StepShape.features(): the engine
+        reads them off the plan before it runs; schedule, forward and postprocess included)."""
         return sum(c * f for c, f in zip(self.coefficients_s, features))
 
-    def predict_shape(self, shape: StepShape) -> float:
-        return self.predict_features(shape.features())
-
-    def predict(self, plan: StepPlan) -> float:
-        """Seconds the engine takes for this plan (schedule, forward, postprocess)."""
-        return self.predict_shape(StepShape.of(plan, self.mixed_batch))
-
     @classmethod
-    def from_profile(cls, doc: dict, mixed_batch: bool, digest: str = "") -> "CostModel":
+    def from_profile(cls, doc: dict, digest: str = "") -> "CostModel":
         if doc.get("format") != PROFILE_FORMAT or tuple(doc["model"]["features"]) != FEATURES:
             raise ConfigError(f"profile format {doc.get('format')!r} with features {doc.get('model', {}).get('features')}"
                               f" is not this version's ({PROFILE_FORMAT}, {list(FEATURES)}): calibrate it again "
                               "(`dvc repro calibrate`, or engine.profile=auto)")
-        return cls(tuple(doc["model"]["coefficients_s"]), mixed_batch, digest, doc["conditions"], doc["held_out"],
-                   doc.get("fingerprint", {}))
+        return cls(tuple(doc["model"]["coefficients_s"]), digest, doc["conditions"], doc["held_out"])
 
 
 def probe_only(doc: dict) -> dict:
@@ -102,4 +93,4 @@ def load_cost_model(model: ModelConfig, engine: EngineConfig, required: bool) ->
         if required:
             raise ConfigError(why)
         return None, why
-    return CostModel.from_profile(doc, engine.mixed_batch, digest), ""
+    return CostModel.from_profile(doc, digest), ""
