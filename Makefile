@@ -35,6 +35,7 @@ repro: setup          ## regenerate outputs/ (tables, plots, report) with DVC
 
 reference-profile:    ## promote this machine's profile (dvc repro calibrate) to the committed reference the sim_* stages read
 	cp outputs/profiles/machine.json outputs/profiles/cpu.json
+	cp outputs/profiles/machine_shapes.csv outputs/profiles/cpu_shapes.csv
 	@echo "outputs/profiles/cpu.json is now $$($(PY) -c 'import json; print(json.load(open("outputs/profiles/cpu.json"))["machine"])'): dvc repro reruns the sim_* stages"
 
 clean:

@@ -29,6 +29,10 @@ TINY = {
     "sim_capacity": {"workloads": ["ch10_mixed"], "budgets": [16, 8192], "rel_tol": 0.5},
     "sim_maps": {"workloads": ["ch10_mixed"], "budgets": [16, 8192], "loads": [0.5, 1.0]},
     "sim_traces": {"budgets": [16], "compressed_budget": 16, "num_requests": 40, "overrides": ["model=micro"]},
+    "cost_models": {"cpu_overrides": ["model=micro"]},
+    "sim_production": {"pairs": [["llama3_8b", "h100"]], "workloads": ["ch10_production", "azure_conv"],
+                       "trace_rows": 40, "num_requests": 40, "seeds": [1], "budgets": [512, 16384], "loads": [0.5, 1.0],
+                       "capacity_rel_tol": 0.2},
 }
 TRACE_ROWS = ["TIMESTAMP,ContextTokens,GeneratedTokens"] + [
     f"2023-11-16 18:15:{10 + i // 4:02d}.{(i % 4) * 25:02d}00000,{(37 * i) % 900 + 20},{(11 * i) % 12 + 2}" for i in range(60)]
@@ -50,7 +54,10 @@ EXPECTED = [
     "outputs/simulated/maps/cells.csv", "outputs/simulated/maps/best_budget.png",
     "outputs/simulated/maps/ch10_mixed_heatmaps.png", "outputs/simulated/traces/classes.csv",
     "outputs/simulated/traces/queue.png",
-    *[f"outputs/simulated/tables/{t}.md" for t in ("tuning", "capacity", "maps", "traces")],
+    *[f"outputs/simulated/tables/{t}.md" for t in ("tuning", "capacity", "maps", "traces", "production")],
+    *[f"outputs/cost_models/{f}" for f in ("h100_fit.json", "h100_fit.png", "cpu_fit.json", "cost_models.md")],
+    *[f"outputs/simulated/production/{f}" for f in ("cells.csv", "capacity.csv", "chunking_gain.csv", "published.csv",
+                                                    "llama3_8b_h100_azure_conv_heatmaps.png")],
 ]
 SIM_OUTPUTS = "outputs/simulated"
 
@@ -79,6 +86,7 @@ def test_dvc_repro_smoke(tmp_path):
     params["sim_traces"]["overrides"].append(f"workload.trace.path={trace}")
     params["fidelity"]["trace"]["overrides"] = [f"workload.trace.path={trace}"]
     params["perf"]["trace_overrides"] = ["model=micro", f"workload.trace.path={trace}"]
+    params["sim_production"]["overrides"] = [f"workload.trace.path={trace}"]
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
     env = dict(os.environ, PYTHONPATH=str(repo / "src"), MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db",
                CHUNKLAB_CAPACITY_REQUESTS="100",  # the fused forward as built for this checkout (same sources)

@@ -62,7 +62,7 @@ class EngineConfig:
     # false: eager PyTorch ops, for debugging and wherever the C++ build cannot run.
     compile: bool = True
     block_size: int = 16  # tokens per KV block
-    num_blocks: int = 1024  # KV blocks in the pool
+    num_blocks: int = 1024  # KV blocks in the pool; 0: sized from the hardware's memory (engine/kv_pool.py)
     temperature: float = 0.0  # 0 = greedy
     sampling_seed: int = 0
 
@@ -90,7 +90,9 @@ class TraceConfig:
     path: str = ""
     start_offset: int = 0  # data rows skipped from the top; workload.num_requests rows are read
     time_scale: float = 1.0  # arrival times are multiplied by this (< 1 is faster)
-    length_scale: float = 1.0  # token counts are multiplied by this
+    # token counts are multiplied by this; null: the trace's real lengths for a model whose context
+    # holds 4,096 tokens, else context / 4,096 (TinyGPT's 2,048: 0.5), see trace_length_scale
+    length_scale: float | None = 1.0
     overlong: str = "clip"  # clip | reject: prompts longer than the model allows
 
 
@@ -128,10 +130,45 @@ class TrackingConfig:
 
 
 @dataclass(frozen=True)
+class RooflineEfficiency:
+    """What share of the spec sheet a device reaches, per kind of work (engine/roofline.py).
+    Each hardware preset says where its numbers come from (`source`)."""
+    gemm_max: float = 0.0  # of peak FLOP/s, reached by GEMMs with many rows
+    gemm_half_rows: float = 0.0  # rows at which a GEMM reaches half of gemm_max
+    weight_bandwidth: float = 0.0  # of memory bandwidth, reading weights (small-row GEMMs)
+    elementwise_bandwidth: float = 0.0  # of memory bandwidth: norms, RoPE, activation, residual adds
+    kernel_floor_s: float = 0.0  # the least time of one elementwise kernel
+    attention_prefill: float = 0.0  # of peak FLOP/s, flash attention over prefill query-key pairs
+    attention_decode_bandwidth: float = 0.0  # of memory bandwidth, decode attention reading K/V
+    step_overhead_s: float = 0.0  # per step: scheduling, sampling, launches (not in any kernel time)
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class HardwareConfig:
+    """The device a run's step times belong to (conf/hardware/).
+
+    cpu: this machine, measured, or predicted by a calibrated profile (engine.profile).
+    A GPU preset: the vendor's spec sheet, priced by the roofline cost model (simulated runs)."""
+    name: str = "cpu"
+    cost_model: str = "profile"  # profile: engine.profile (linear, calibrated) | roofline: work / specs
+    description: str = "this machine's CPU"
+    spec_source: str = ""  # where the figures below come from
+    peak_dense_tflops: dict[str, float] = field(default_factory=dict)  # per model dtype, no sparsity
+    memory_bandwidth_gb_per_s: float = 0.0
+    memory_gb: float = 0.0
+    memory_utilization: float = 0.9  # engine.num_blocks=0: the KV pool is this share of memory, less
+    # weights and activations (vLLM's gpu_memory_utilization)
+    runtime_reserved_gb: float = 0.0  # CUDA context and allocator slack outside the pool (assumed)
+    efficiency: RooflineEfficiency = field(default_factory=RooflineEfficiency)
+
+
+@dataclass(frozen=True)
 class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     slo: SloConfig = field(default_factory=SloConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
@@ -166,7 +203,7 @@ def validate(cfg: RunConfig) -> None:
     _one_of("engine.clock", e.clock, ("replay", "wall"))
     _check(e.threads >= 0, "engine.threads", e.threads, "must be >= 0")
     _check(e.block_size >= 1, "engine.block_size", e.block_size, "must be >= 1")
-    _check(e.num_blocks >= 1, "engine.num_blocks", e.num_blocks, "must be >= 1")
+    _check(e.num_blocks >= 0, "engine.num_blocks", e.num_blocks, "must be >= 1, or 0 (sized from hardware memory)")
     _check(e.temperature >= 0, "engine.temperature", e.temperature, "must be >= 0")
     _check(s.max_num_seqs >= 1, "scheduler.max_num_seqs", s.max_num_seqs, "must be >= 1")
     _check(s.budget >= s.max_num_seqs, "scheduler.budget", s.budget,
@@ -175,10 +212,29 @@ def validate(cfg: RunConfig) -> None:
     _one_of("scheduler.admission", s.admission, ("fcfs", "shortest_prompt_first"))
     _check(s.max_partial_prefills >= 1, "scheduler.max_partial_prefills", s.max_partial_prefills, "must be >= 1")
     _check(s.long_prefill_threshold >= 0, "scheduler.long_prefill_threshold", s.long_prefill_threshold, "must be >= 0")
+    _validate_hardware(cfg)
     _validate_workload(w, m)
     for key in ("ttft_s", "tpot_s", "itl_p99_s"):
         v = getattr(slo, key)
         _check(v is None or v > 0, f"slo.{key}", v, "must be > 0 or null")
+
+
+def _validate_hardware(cfg: RunConfig) -> None:
+    h, e = cfg.hardware, cfg.engine
+    _one_of("hardware.cost_model", h.cost_model, ("profile", "roofline"))
+    if h.cost_model == "roofline":
+        _check(cfg.model.dtype in h.peak_dense_tflops, "model.dtype", cfg.model.dtype,
+               f"hardware={h.name} has no peak for it (has {', '.join(h.peak_dense_tflops) or 'none'})")
+        _check(h.memory_bandwidth_gb_per_s > 0, "hardware.memory_bandwidth_gb_per_s", h.memory_bandwidth_gb_per_s,
+               f"must be > 0 for hardware.cost_model=roofline (hardware={h.name})")
+        _check(h.efficiency.gemm_max > 0, "hardware.efficiency.gemm_max", h.efficiency.gemm_max,
+               f"must be > 0 for hardware.cost_model=roofline (hardware={h.name})")
+        _check(e.executor == "simulated", "hardware", h.name,
+               "is a spec sheet, priced by the roofline cost model: add engine=simulated "
+               "(measured runs time this machine: hardware=cpu)")
+    _check(0 < h.memory_utilization <= 1, "hardware.memory_utilization", h.memory_utilization, "must be in (0, 1]")
+    _check(e.num_blocks >= 1 or h.memory_gb > 0, "engine.num_blocks", e.num_blocks,
+           f"0 sizes the pool from the hardware's memory, and hardware={h.name} gives none (hardware.memory_gb)")
 
 
 def _validate_workload(w: WorkloadConfig, m: ModelConfig) -> None:
@@ -215,5 +271,16 @@ def _validate_workload(w: WorkloadConfig, m: ModelConfig) -> None:
         _check(Path(t.path).is_file(), "workload.trace.path", t.path, "no such file")
     _check(t.start_offset >= 0, "workload.trace.start_offset", t.start_offset, "must be >= 0")
     _check(t.time_scale > 0, "workload.trace.time_scale", t.time_scale, "must be > 0")
-    _check(t.length_scale > 0, "workload.trace.length_scale", t.length_scale, "must be > 0")
+    _check(t.length_scale is None or t.length_scale > 0, "workload.trace.length_scale", t.length_scale, "must be > 0")
     _one_of("workload.trace.overlong", t.overlong, ("clip", "reject"))
+
+
+TRACE_FIT_TOKENS = 4096  # workload.trace.length_scale=null: this many trace tokens fill the model's context
+
+
+def trace_length_scale(t: TraceConfig, max_seq_len: int) -> float:
+    """The length scale a trace replays at: as given, or (null) real lengths where the model's
+    context holds TRACE_FIT_TOKENS, else context / TRACE_FIT_TOKENS (TinyGPT: 0.5)."""
+    if t.length_scale is not None:
+        return t.length_scale
+    return min(1.0, max_seq_len / TRACE_FIT_TOKENS)

@@ -50,9 +50,10 @@ def to_run_config(cfg: DictConfig) -> RunConfig:
         raise ConfigError(error_line(err)) from None
     run_cfg = with_project_paths(run_cfg)
     validate(run_cfg)
+    from chunklab.engine.kv_pool import resolve_kv_pool
     from chunklab.experiments.load import resolve_load  # simulates (once per workload and profile)
 
-    return resolve_load(run_cfg)
+    return resolve_load(resolve_kv_pool(run_cfg))
 
 
 def with_project_paths(cfg: RunConfig) -> RunConfig:

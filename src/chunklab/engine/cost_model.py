@@ -1,9 +1,14 @@
-"""Predicts a step's duration from its shape, with a profile calibrated on the real engine.
+"""Cost models: a step's seconds from its shape (the FEATURES the engine reads off its plan).
 
-The profile (outputs/profiles/cpu.json, written by the `calibrate` stage) is data
-with its conditions, like a table: the fitted model, the machine and software it
-was measured on, and its error on held-out step shapes. Plain Python, no torch:
-a simulated run never imports the model.
+Two sit behind one interface (CostModel), chosen at construction by `hardware.cost_model`:
+- profile (this file): the linear model of a profile calibrated on the real engine
+  (outputs/profiles/cpu.json, or this machine's: engine.profile=auto). The profile is data
+  with its conditions, like a table: the fitted model, the machine and software it was
+  measured on, and its error on held-out steps.
+- roofline (engine/roofline.py): the work of the forward pass priced at a device's spec sheet,
+  at the efficiencies its hardware preset states (a GPU we cannot measure here).
+The engine, scheduler, metrics and tracking do not know which one ran. Plain Python, no
+torch: a simulated run never imports the model.
 """
 from __future__ import annotations
 
@@ -11,8 +16,9 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from chunklab.config import ConfigError, EngineConfig, ModelConfig
+from chunklab.config import ConfigError, EngineConfig, ModelConfig, RunConfig
 from chunklab.engine.step_shape import FEATURES
 from chunklab.paths import in_project
 
@@ -38,8 +44,34 @@ def profile_path(model: ModelConfig, engine: EngineConfig) -> Path:
     return in_project(engine.profile)
 
 
+class CostModel(Protocol):
+    digest: str  # identifies the predictions (capacity caches are keyed on it)
+
+    def predict_features(self, features: list[float]) -> float:
+        """Seconds the engine takes for a step with these FEATURES (StepShape.features())."""
+
+    def tags(self) -> dict[str, str]:
+        """MLflow tags of a run it predicted or guarded: which cost model, from what data."""
+
+    def run_conditions(self) -> dict[str, str]:
+        """A simulated run's conditions: the device and software its predictions stand for."""
+
+    def provenance(self) -> str:
+        """One phrase for a simulated table: what predicted the step times, and its error."""
+
+
+def cost_model_for(cfg: RunConfig, required: bool) -> tuple[CostModel | None, str]:
+    """The run's cost model (hardware.cost_model), else None and why (required: a ConfigError)."""
+    if cfg.hardware.cost_model == "roofline":
+        from chunklab.engine.roofline import RooflineCostModel
+
+        return RooflineCostModel.build(cfg), ""
+    return load_cost_model(cfg.model, cfg.engine, required)
+
+
 @dataclass(frozen=True)
-class CostModel:
+class LinearProfile:
+    """A calibrated profile's linear model: seconds = coefficients . FEATURES."""
     coefficients_s: tuple[float, ...]  # seconds per unit of each FEATURES entry
     digest: str  # of the profile file: which calibration predicted a run
     conditions: dict  # where and when the profile was measured
@@ -50,8 +82,34 @@ class CostModel:
         reads them off the plan before it runs; schedule, forward and postprocess included)."""
         return sum(c * f for c, f in zip(self.coefficients_s, features))
 
+    def tags(self) -> dict[str, str]:
+        held = self.held_out
+        return ({"cost_model": "profile", "profile.digest": self.digest,
+                 "profile.held_out_median_rel_error": f"{held['median_rel_error']:.4f}",
+                 "profile.held_out_p90_rel_error": f"{held['p90_rel_error']:.4f}"}
+                | {f"profile.{k}": str(v) for k, v in self.conditions.items()})
+
+    def run_conditions(self) -> dict[str, str]:
+        c, held = self.conditions, self.held_out
+        error = f"median {held['median_rel_error']:.1%}, p90 {held['p90_rel_error']:.1%}"
+        return {"device": f"simulated ({c['device']})", "torch_version": c["torch_version"],
+                "torch_build": c["torch_build"], "torch_threads": c["torch_threads"],
+                "profile_digest": self.digest, "profile_cpu_model": c["cpu_model"],
+                "profile_measured_at": c["measured_at"], "profile_git_commit": c["git_commit"],
+                "profile_forward_path": c.get("forward_path", "eager"), "profile_held_out_error": error,
+                "cost_model": (f"profile {self.digest} (measured on {c['cpu_model']}, torch {c['torch_version']}, "
+                               f"{c['torch_threads']} threads, {c.get('forward_path', 'eager')} forward, "
+                               f"{c['measured_at']}; held-out step-time error {error})")}
+
+    def provenance(self) -> str:
+        c, held = self.conditions, self.held_out
+        return (f"profile {self.digest} (calibrated on {c['cpu_logical_cores']}x {c['cpu_model']}, torch "
+                f"{c['torch_version']}, {c['torch_threads']} threads, {c.get('forward_path', 'eager')} forward, "
+                f"{c['measured_at']}; held-out step-time error "
+                f"median {held['median_rel_error']:.1%}, p90 {held['p90_rel_error']:.1%})")
+
     @classmethod
-    def from_profile(cls, doc: dict, digest: str = "") -> "CostModel":
+    def from_profile(cls, doc: dict, digest: str = "") -> "LinearProfile":
         if doc.get("format") != PROFILE_FORMAT or tuple(doc["model"]["features"]) != FEATURES:
             raise ConfigError(f"profile format {doc.get('format')!r} with features {doc.get('model', {}).get('features')}"
                               f" is not this version's ({PROFILE_FORMAT}, {list(FEATURES)}): calibrate it again "
@@ -73,7 +131,7 @@ def read_profile(path: Path) -> tuple[dict, str]:
         raise ConfigError(f"engine.profile={str(path)!r}: cannot read a profile ({err.__class__.__name__})") from None
 
 
-def load_cost_model(model: ModelConfig, engine: EngineConfig, required: bool) -> tuple[CostModel | None, str]:
+def load_cost_model(model: ModelConfig, engine: EngineConfig, required: bool) -> tuple[LinearProfile | None, str]:
     """The profile's model when it applies to this run, else None and why.
 
     required (a simulated run): a missing or mismatched profile is a ConfigError.
@@ -93,4 +151,4 @@ def load_cost_model(model: ModelConfig, engine: EngineConfig, required: bool) ->
         if required:
             raise ConfigError(why)
         return None, why
-    return CostModel.from_profile(doc, digest), ""
+    return LinearProfile.from_profile(doc, digest), ""

@@ -7,7 +7,11 @@ step's duration comes from the cost model, applied by the engine to its SimClock
 """
 from __future__ import annotations
 
+from operator import attrgetter
+
 from chunklab.engine.scheduler import StepPlan
+
+_SEQ_ID = attrgetter("seq_id")
 
 PLACEHOLDER_TOKEN = 0
 NOTE = ("simulated run: no forward pass ran; step durations are the profile's predictions and generated "
@@ -16,6 +20,6 @@ NOTE = ("simulated run: no forward pass ran; step durations are the profile's pr
 
 class PlaceholderExecutor:
     def run(self, plan: StepPlan) -> dict[int, int]:
-        sampled = {seq.seq_id: PLACEHOLDER_TOKEN for seq in plan.decodes}
+        sampled = dict.fromkeys(map(_SEQ_ID, plan.decodes), PLACEHOLDER_TOKEN)  # ~256 a step at production scale
         sampled.update((c.seq.seq_id, PLACEHOLDER_TOKEN) for c in plan.prefills if c.is_last)
         return sampled

@@ -1,8 +1,8 @@
 """workload.load: an arrival rate given as a fraction of capacity, so the same command means
 the same regime (idle, loaded, collapsing) on every machine.
 
-Capacity here is the simulated capacity of this workload under the profile and the default
-scheduler (budget 512, decode_first): the highest Poisson rate at which >= 90% of requests
+Capacity here is the simulated capacity of this workload under the run's cost model and the
+default scheduler (budget 512, decode_first, the run's max_num_seqs): the highest Poisson rate at which >= 90% of requests
 meet the run's SLO, pooled over CAPACITY_SEEDS of CAPACITY_REQUESTS requests each, to 2%.
 It is cached per (profile, workload, SLO, engine) in .cache/capacity/ (it takes ~30 s once).
 """
@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from chunklab.config import RunConfig, SchedulerConfig
-from chunklab.engine.cost_model import load_cost_model
+from chunklab.engine.cost_model import cost_model_for
 from chunklab.paths import in_project
 
 CAPACITY_SEEDS = [1, 2, 3, 4, 5]  # as the sim stages' (params.yaml sim.seeds): load 1.0 = their capacity
@@ -25,8 +25,10 @@ CACHE_DIR = Path(".cache") / "capacity"  # in the project directory (chunklab.pa
 
 
 def reference_config(cfg: RunConfig) -> RunConfig:
-    """What capacity is measured on: this workload and SLO, the default scheduler, simulated."""
-    return dataclasses.replace(cfg, scheduler=SchedulerConfig(), slowdown=False,
+    """What capacity is measured on: this workload and SLO, the default scheduler policy with the
+    run's engine limit on running sequences (8 for TinyGPT, 256 on a GPU preset), simulated."""
+    return dataclasses.replace(cfg, scheduler=SchedulerConfig(max_num_seqs=cfg.scheduler.max_num_seqs),
+                               slowdown=False,
                                engine=dataclasses.replace(cfg.engine, executor="simulated"))
 
 
@@ -44,7 +46,7 @@ def workload_capacity(cfg: RunConfig) -> float:
     """Simulated capacity (req/s) of cfg's workload under the default scheduler; cached."""
     from chunklab.experiments.sim_capacity import search_capacity
 
-    cost_model, _ = load_cost_model(cfg.model, cfg.engine, required=True)
+    cost_model, _ = cost_model_for(reference_config(cfg), required=True)
     path = in_project(CACHE_DIR) / f"{cache_key(cfg, cost_model.digest)}.json"
     if path.is_file():
         return json.loads(path.read_text())["capacity_req_per_s"]

@@ -41,16 +41,18 @@ def search_capacity(cfg: RunConfig, seeds: list[int], num_requests: int, target:
 
 
 def bisect_capacity(measure, target: float, start: tuple[float, float], rel_tol: float,
-                    widen: float = 2.0) -> SimCapacity:
+                    widen: float = 2.0, criterion=None) -> SimCapacity:
     """measure(rate) -> a probe dict with slo_attainment (simulated or measured). Widens the start
-    bracket by `widen` until it holds the capacity, then bisects in log-rate to hi / lo <= 1 + rel_tol."""
+    bracket by `widen` until it holds the capacity, then bisects in log-rate to hi / lo <= 1 + rel_tol.
+    criterion(probe) -> bool replaces `slo_attainment >= target` (a published paper's definition)."""
     probes: list[dict] = []
     seen: dict[float, bool] = {}
+    ok = criterion or (lambda probe: probe["slo_attainment"] >= target)
 
     def passes(rate: float) -> bool:
         if rate not in seen:
             probes.append(measure(rate))
-            seen[rate] = probes[-1]["slo_attainment"] >= target
+            seen[rate] = bool(ok(probes[-1]))
         return seen[rate]
 
     lo, hi = start

@@ -24,19 +24,28 @@ def simulate(cfg: RunConfig) -> dict[str, float]:
     return _simulate(cfg)[0]
 
 
+def simulate_regime(cfg: RunConfig) -> dict[str, float]:
+    """The summary plus prefill_step_share: the share of steps carrying prefill tokens (near 1, a
+    prefill is always in flight: the chapter's regime)."""
+    summary, _, steps = _simulate(cfg, with_steps=True)
+    prefill = steps.arrays()["num_prefill_tokens"]
+    return summary | {"prefill_step_share": float((prefill > 0).mean()) if len(prefill) else 0.0}
+
+
 def simulate_requests(cfg: RunConfig) -> tuple[dict[str, float], list[dict]]:
     """The summary and, per request, REQUEST_KEYS: pairs with a measured run of the same workload."""
     summary, records = _simulate(cfg)
     return summary, [{k: getattr(r, k) for k in REQUEST_KEYS} for r in records]
 
 
-def _simulate(cfg: RunConfig):
+def _simulate(cfg: RunConfig, with_steps: bool = False):
     cfg = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, executor="simulated"))
     requests, _ = make_requests(cfg)
     engine, _ = build_engine(cfg)
     result = serve(engine, requests)
     records = [record(s) for s in result.sequences]
-    return summarize(records, result.steps, result.makespan_s, cfg.slo, engine.scheduler.num_chunked_prefills), records
+    summary = summarize(records, result.steps, result.makespan_s, cfg.slo, engine.scheduler.num_chunked_prefills)
+    return (summary, records, result.steps) if with_steps else (summary, records)
 
 
 def default_processes() -> int:

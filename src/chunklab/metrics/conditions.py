@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from chunklab.config import RunConfig
+from chunklab.config import RunConfig, trace_length_scale
 from chunklab.paths import project_dir
 
 
@@ -49,7 +49,8 @@ def describe_workload(cfg: RunConfig) -> str:
         t = w.trace
         count = "every row" if w.num_requests is None else f"{w.num_requests} requests"
         return (f"{w.name}: trace {Path(t.path).name}, {count} from row {t.start_offset}, "
-                f"time x{t.time_scale:g}, lengths x{t.length_scale:g}, overlong={t.overlong}")
+                f"time x{t.time_scale:g}, lengths x{trace_length_scale(t, cfg.model.max_seq_len):g}, "
+                f"overlong={t.overlong}")
     total = sum(c.weight for c in w.classes)
     parts = []
     for c in w.classes:
@@ -87,7 +88,7 @@ def conditions(cfg: RunConfig, num_params: int, cost_model=None, forward_path: s
         "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
     if cfg.engine.executor == "simulated":
-        return out | _profile_conditions(cost_model)
+        return out | cost_model.run_conditions()
     return out | _torch_conditions(cfg.engine.device) | {"forward_path": forward_path}
 
 
@@ -101,37 +102,21 @@ def _torch_conditions(device: str) -> dict[str, str]:
             "torch_threads": str(torch.get_num_threads())}
 
 
-def _profile_conditions(cost_model) -> dict[str, str]:
-    c, held = cost_model.conditions, cost_model.held_out
-    return {"device": f"simulated ({c['device']})", "torch_version": c["torch_version"],
-            "torch_build": c["torch_build"], "torch_threads": c["torch_threads"],
-            "profile_digest": cost_model.digest, "profile_cpu_model": c["cpu_model"],
-            "profile_measured_at": c["measured_at"], "profile_git_commit": c["git_commit"],
-            "profile_forward_path": c.get("forward_path", "eager"),
-            "profile_held_out_error": f"median {held['median_rel_error']:.1%}, p90 {held['p90_rel_error']:.1%}"}
-
-
 def sim_conditions_line(cfg: RunConfig) -> str:
-    """The conditions of a simulated table: the profile's, never this machine's or this moment's,
+    """The conditions of a simulated table: the cost model's, never this machine's or this moment's,
     so the table reproduces byte for byte wherever it is regenerated."""
-    from chunklab.engine.cost_model import load_cost_model
+    from chunklab.engine.cost_model import cost_model_for
+    from chunklab.model.sizes import num_parameters
 
-    cm, _ = load_cost_model(cfg.model, cfg.engine, required=True)
-    c, held = cm.conditions, cm.held_out
-    return (f"SIMULATED: {cfg.model.name} ({int(c['model_params']):,} params, {c['dtype']}), step times predicted by "
-            f"profile {cm.digest} (calibrated on {c['cpu_logical_cores']}x {c['cpu_model']}, torch "
-            f"{c['torch_version']}, {c['torch_threads']} threads, {c.get('forward_path', 'eager')} forward, "
-            f"{c['measured_at']}; held-out step-time error "
-            f"median {held['median_rel_error']:.1%}, p90 {held['p90_rel_error']:.1%})")
+    cm, _ = cost_model_for(cfg, required=True)
+    return (f"SIMULATED: {cfg.model.name} ({num_parameters(cfg.model):,} params, {cfg.model.dtype}), step times "
+            f"predicted by {cm.provenance()}")
 
 
 def conditions_line(c: dict[str, str]) -> str:
     if c.get("executor") == "simulated":
         return (f"SIMULATED: {c['model']} ({int(c['model_params']):,} params, {c['dtype']}), step times predicted by "
-                f"profile {c['profile_digest']} (measured on {c['profile_cpu_model']}, torch {c['torch_version']}, "
-                f"{c['torch_threads']} threads, {c['profile_forward_path']} forward, {c['profile_measured_at']}; "
-                f"held-out step-time error "
-                f"{c['profile_held_out_error']}), {c['workload']}, simulated {c['measured_at']}")
+                f"{c['cost_model']}, {c['workload']}, simulated {c['measured_at']}")
     return (f"{c['model']} ({int(c['model_params']):,} params, {c['dtype']}), {c['cpu_logical_cores']}x "
             f"{c['cpu_arch']} CPU ({c['cpu_model']}), device {c['device']}, torch {c['torch_version']}, "
             f"{c['torch_threads']} threads, {c.get('forward_path') or 'eager'} forward, {c['workload']}, "

@@ -152,3 +152,24 @@ def queue_timeline(queue: pd.DataFrame, path: Path) -> Path:
            title="Simulated: queue length over the Azure conversation trace")
     ax.legend(fontsize=7)
     return _save(fig, path)
+
+
+def operator_fit(points: pd.DataFrame, path: Path, title: str) -> Path:
+    """Measured and predicted time per operator against token count (log-log); held-out points hollow."""
+    ops = list(dict.fromkeys(points["op"]))
+    cols = 4
+    rows = -(-len(ops) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
+    for ax, op in zip(axes.flat, ops):
+        d = points[points["op"] == op].sort_values("num_tokens")
+        fit, held = d[~d["held_out"]], d[d["held_out"]]
+        ax.scatter(fit["num_tokens"], fit["measured_ms"], s=6, color="tab:blue", label="measured (fit)")
+        ax.scatter(held["num_tokens"], held["measured_ms"], s=10, facecolors="none", edgecolors="tab:orange",
+                   label="measured (held out)")
+        ax.plot(d["num_tokens"], d["predicted_ms"], color="black", lw=1, label="roofline")
+        ax.set(xscale="log", yscale="log", title=op, xlabel="tokens", ylabel="ms")
+    for ax in list(axes.flat)[len(ops):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    return _save(fig, path)

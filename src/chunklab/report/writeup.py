@@ -6,6 +6,7 @@ from pathlib import Path
 import pandas as pd
 
 from chunklab.report import chapter
+from chunklab.report.production import production_findings
 
 
 def _med(runs: pd.DataFrame, size: str, budget: int, key: str) -> float:
@@ -167,6 +168,15 @@ def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) ->
         "![short prompts heatmaps](simulated/maps/short_prompts_heatmaps.png)",
         "## A real trace end to end (simulated)", sim("traces"), "![queue](simulated/traces/queue.png)",
         "## Tuning (simulated)", sim("tuning"), *tuning_findings(outputs),
+        "## The chapter's claim at production scale (simulated)",
+        "The chapter closes on prompts of thousands of tokens arriving into a pool of hundreds of conversations. "
+        "Here the same scheduler serves Llama-3-8B on an H100 and Mistral-NeMo-12B on an A100 (SIMULATED, the "
+        "roofline cost model of each spec sheet; docs/production-scale.md).",
+        *production_findings(outputs), sim("production"),
+        "![Llama-3-8B on H100, ch10 mix at production lengths](simulated/production/llama3_8b_h100_ch10_production_heatmaps.png)",
+        "![Llama-3-8B on H100, conversation trace](simulated/production/llama3_8b_h100_azure_conv_heatmaps.png)",
+        "### The cost model behind it", (outputs / "cost_models" / "cost_models.md").read_text(),
+        "![H100 operator fit](cost_models/h100_fit.png)",
         "## Performance (measured)", t("perf"),
         "## Plots (measured)",
         "![TTFT ECDF](plots/ttft_ecdf.png)", "![ITL distribution](plots/itl_distribution.png)",

@@ -11,7 +11,7 @@ import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 
-from chunklab.config import ChunklabError, WorkloadConfig
+from chunklab.config import ChunklabError, WorkloadConfig, trace_length_scale
 from chunklab.engine.sequence import Request
 from chunklab.workload.synthetic import prompt_ids
 
@@ -107,9 +107,10 @@ def trace_requests(cfg: WorkloadConfig, max_seq_len: int, vocab_size: int) -> tu
     num_reordered = sum(a is not b for a, b in zip(rows, in_file_order))
     t0 = rows[0].time_s
     requests, clipped, overlong = [], 0, 0
+    scale = trace_length_scale(t, max_seq_len)
     for i, row in enumerate(rows):
-        num_prompt = max(1, round(row.context_tokens * t.length_scale))
-        num_output = max(1, round(row.generated_tokens * t.length_scale))
+        num_prompt = max(1, round(row.context_tokens * scale))
+        num_output = max(1, round(row.generated_tokens * scale))
         if num_prompt + num_output - 1 > max_seq_len:
             overlong += 1
             if t.overlong == "clip":  # keep the output (up to half the context), cut the prompt

@@ -1,0 +1,52 @@
+"""engine.num_blocks=0: the KV pool sized from the device's memory, as vLLM sizes it.
+
+vLLM profiles a forward pass at the largest batch (max_num_batched_tokens) and gives the KV
+cache what is left of gpu_memory_utilization x total memory once the weights and that peak of
+activations are taken. We do the same by arithmetic: weights are the model's parameters, the
+activation peak is one pass of `budget` rows holding its largest live tensors (hidden states,
+the fused QKV and gate-up outputs, the activation) plus fp32 logits for max_num_seqs sampled
+rows, and `hardware.runtime_reserved_gb` stands for the CUDA context and allocator slack.
+Plain Python, no torch.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from chunklab.config import ConfigError, RunConfig
+from chunklab.model.sizes import DTYPE_BYTES, num_parameters
+
+
+def weight_bytes(cfg: RunConfig) -> int:
+    return num_parameters(cfg.model) * DTYPE_BYTES[cfg.model.dtype]
+
+
+def activation_bytes(cfg: RunConfig) -> int:
+    m, s = cfg.model, cfg.scheduler
+    q, kv = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
+    per_row = (2 * m.d_model + q + 2 * kv + 3 * m.mlp_hidden) * DTYPE_BYTES[m.dtype]
+    return s.budget * per_row + min(s.max_num_seqs, s.budget) * m.vocab_size * 4
+
+
+def kv_bytes_per_block(cfg: RunConfig) -> int:
+    m = cfg.model
+    return 2 * m.num_layers * m.num_kv_heads * m.head_dim * DTYPE_BYTES[m.dtype] * cfg.engine.block_size
+
+
+def pool_blocks(cfg: RunConfig) -> int:
+    h = cfg.hardware
+    usable = h.memory_gb * 1e9 * h.memory_utilization - h.runtime_reserved_gb * 1e9
+    left = usable - weight_bytes(cfg) - activation_bytes(cfg)
+    blocks = int(left // kv_bytes_per_block(cfg))
+    if blocks < 1:
+        raise ConfigError(
+            f"model={cfg.model.name}: its weights ({weight_bytes(cfg) / 1e9:.1f} GB {cfg.model.dtype}) and "
+            f"activations ({activation_bytes(cfg) / 1e9:.1f} GB at budget {cfg.scheduler.budget}) leave no KV cache "
+            f"in hardware={h.name}'s {usable / 1e9:.1f} GB usable: it needs tensor parallelism (not supported)")
+    return blocks
+
+
+def resolve_kv_pool(cfg: RunConfig) -> RunConfig:
+    """engine.num_blocks=0 becomes the pool the hardware's memory holds (logged as the run's value)."""
+    if cfg.engine.num_blocks:
+        return cfg
+    return dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, num_blocks=pool_blocks(cfg)))
