@@ -201,3 +201,14 @@ def test_cpu_roofline_fit_scores_held_out_probe_shapes():
 def test_roofline_needs_one_forward_a_step():
     with pytest.raises(ConfigError, match="mixed_batch"):
         cost_model_for(h100_8b("engine.mixed_batch=false"), required=True)
+
+
+def test_vidur_data_is_vendored_unchanged_with_its_licence():
+    import hashlib
+
+    folder = ROOT / "data" / "profiles" / "vidur"
+    sums = dict(reversed(line.split()) for line in (folder / "SHA256SUMS").read_text().splitlines())
+    for name, digest in sums.items():
+        assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest, name
+    assert "MIT License" in (folder / "LICENSE").read_text()
+    assert "microsoft/vidur" in (folder / "README.md").read_text() and "h100_llama-2-7b-hf_mlp.csv" in sums
