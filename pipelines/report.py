@@ -27,7 +27,9 @@ def make_tables() -> None:
     split, runs, _, _, split_cond, tb_cond = load()
     out = OUTPUTS / "tables"
     tables.write(tables.prefill_split_table(split), out / "prefill_split", "Prefill split: one 1536-token prompt",
-                 [f"Median of timed runs; matmul on this machine: {split_cond['matmul_gflops']:.0f} GFLOP/s.",
+                 [f"Median of timed runs; fp32 GEMM peak on this machine: {split_cond['matmul_gflops']:.0f} GFLOP/s "
+                  f"(the better of MKL {split_cond.get('matmul_gflops_mkl', float('nan')):.0f} and oneDNN "
+                  f"{split_cond.get('matmul_gflops_onednn', float('nan')):.0f}; fractions are of the better).",
                   f"Conditions: {split_cond['line']}", f"Chapter's conditions: {chapter.CONDITIONS}"])
     small, large = runs[runs["size"] == "small"], runs[runs["size"] == "large"]
     repeats = large[large["seed"] == large["seed"].min()]

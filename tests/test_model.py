@@ -101,3 +101,16 @@ def test_sizes_by_arithmetic_match_the_torch_model(dtype):
         runner = ModelRunner(model, engine)
         assert num_parameters(model) == runner.model.num_parameters()
         assert kv_cache_bytes(model, engine) == runner.kv_cache_bytes
+
+
+@pytest.mark.parametrize("rows, k, n", [(1, 256, 384), (96, 256, 2048), (1536, 1024, 256)])
+def test_both_gemm_libraries_the_perf_peak_measures_compute_the_same_product(rows, k, n):
+    """The perf stage states ratios against the better of MKL and oneDNN: both must compute x @ w.T."""
+    from chunklab import bench
+
+    torch.manual_seed(0)
+    x, w = torch.randn(rows, k), torch.randn(n, k)
+    want = x.double() @ w.double().T
+    for library in bench.GEMM_LIBRARIES:
+        got = bench.gemm_fn(library, x, w)()
+        assert torch.allclose(got.double(), want, rtol=1e-4, atol=1e-3), library

@@ -34,6 +34,38 @@ def matmul_gflops(n: int = 1024, repeats: int = 20, dtype=torch.float32) -> floa
     return 2 * n**3 / min(timed(lambda: a @ b, repeats, warmup=3)) / 1e9
 
 
+GEMM_LIBRARIES = ("mkl", "onednn")
+
+
+def gemm_gflops(library: str, rows: int, k: int, n: int, repeats: int = 20) -> float:
+    """Best-of-N fp32 rate of y = x @ w.T (rows x k, n x k) through one library. mkl: ATen's dense
+    F.linear (MKL sgemm in the x86 CPU wheel); onednn: torch's own mkldnn linear with the weight
+    prepacked once, as vLLM's CPU backend runs linear layers. Which is faster depends on the CPU."""
+    x, w = torch.randn(rows, k), torch.randn(n, k)
+    fn = gemm_fn(library, x, w)
+    return 2 * rows * k * n / min(timed(fn, repeats, warmup=3)) / 1e9
+
+
+def gemm_fn(library: str, x: torch.Tensor, w: torch.Tensor):
+    """A callable computing x @ w.T through `library` (the weight prepacked once for oneDNN)."""
+    if library == "mkl":
+        return lambda: torch.nn.functional.linear(x, w)
+    packed = torch.ops.mkldnn._reorder_linear_weight(w, x.shape[0])
+    return lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+
+
+def gemm_shapes(m: ModelConfig, rows: int) -> list[tuple[int, int, int]]:
+    """1024^3 and the model's own linear layers at `rows` rows (fused QKV, output, gate-up, down)."""
+    q, kv = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
+    return [(1024, 1024, 1024), (rows, m.d_model, q + 2 * kv), (rows, q, m.d_model),
+            (rows, m.d_model, 2 * m.mlp_hidden), (rows, m.mlp_hidden, m.d_model)]
+
+
+def gemm_peaks(m: ModelConfig, rows: int) -> dict[str, float]:
+    """Per library, its best rate over gemm_shapes: the machine's fp32 GEMM peak through it."""
+    return {lib: max(gemm_gflops(lib, *shape) for shape in gemm_shapes(m, rows)) for lib in GEMM_LIBRARIES}
+
+
 def prefill_flops(m: ModelConfig, num_tokens: int) -> float:
     """FLOPs of one causal prefill of num_tokens (matmuls and attention; one LM-head row)."""
     q, kv = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
