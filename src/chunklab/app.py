@@ -14,7 +14,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from chunklab.config import RunConfig
-from chunklab.engine.build import build_engine, profile_tags
+from chunklab.engine.build import build_engine
 from chunklab.engine.serve import ServeResult, serve
 from chunklab.engine.sim_executor import NOTE as SIMULATED_NOTE
 from chunklab.interrupts import Interrupted, Interrupts
@@ -69,7 +69,7 @@ def run_experiment(cfg: RunConfig, run_dir: Path, should_stop=None) -> RunOutput
         summary |= {"trace_rows": trace_stats.num_rows, "trace_clipped": trace_stats.num_clipped,
                     "trace_overlong": trace_stats.num_overlong, "trace_reordered": trace_stats.num_reordered}
     cond = conditions(cfg, num_parameters(cfg.model), engine.cost_model, getattr(engine.executor, "forward_path", ""))
-    tags = {"executor": cfg.engine.executor} | profile_tags(engine.cost_model)
+    tags = {"executor": cfg.engine.executor} | (engine.cost_model.tags() if engine.cost_model else {})
     notes = {"executor": cfg.engine.executor,
              "note": SIMULATED_NOTE if simulated else "measured run: real forward passes, real time",
              "noise_guard": "" if simulated else (why_unguarded and f"off: {why_unguarded}") or "on"}

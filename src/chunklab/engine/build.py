@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from chunklab.config import RunConfig
 from chunklab.engine.clock import SimClock, make_clock
-from chunklab.engine.cost_model import CostModel, cost_model_for
+from chunklab.engine.cost_model import cost_model_for
 from chunklab.engine.engine import LLMEngine
 from chunklab.engine.sim_executor import PlaceholderExecutor
 
@@ -27,6 +27,3 @@ def build_engine(cfg: RunConfig) -> tuple[LLMEngine, str]:
                        log_features=True)  # a measured run's steps.csv: data to fit cost models on
     return engine, why_none
 
-
-def profile_tags(cost_model: CostModel | None) -> dict[str, str]:
-    return {} if cost_model is None else cost_model.tags()

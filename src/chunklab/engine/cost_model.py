@@ -91,15 +91,13 @@ class LinearProfile:
 
     def run_conditions(self) -> dict[str, str]:
         c, held = self.conditions, self.held_out
-        error = f"median {held['median_rel_error']:.1%}, p90 {held['p90_rel_error']:.1%}"
         return {"device": f"simulated ({c['device']})", "torch_version": c["torch_version"],
                 "torch_build": c["torch_build"], "torch_threads": c["torch_threads"],
                 "profile_digest": self.digest, "profile_cpu_model": c["cpu_model"],
                 "profile_measured_at": c["measured_at"], "profile_git_commit": c["git_commit"],
-                "profile_forward_path": c.get("forward_path", "eager"), "profile_held_out_error": error,
-                "cost_model": (f"profile {self.digest} (measured on {c['cpu_model']}, torch {c['torch_version']}, "
-                               f"{c['torch_threads']} threads, {c.get('forward_path', 'eager')} forward, "
-                               f"{c['measured_at']}; held-out step-time error {error})")}
+                "profile_forward_path": c.get("forward_path", "eager"),
+                "profile_held_out_error": f"median {held['median_rel_error']:.1%}, p90 {held['p90_rel_error']:.1%}",
+                "cost_model": self.provenance()}
 
     def provenance(self) -> str:
         c, held = self.conditions, self.held_out
