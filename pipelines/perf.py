@@ -19,7 +19,9 @@ from chunklab import bench
 from chunklab.app import run_experiment
 from chunklab.config import EngineConfig
 from chunklab.experiments.compose import compose_run_config
+from chunklab.calibration.fingerprint import torch_threads
 from chunklab.metrics.conditions import conditions, conditions_line
+from chunklab.peers import compare, vllm_peer
 from common import OUTPUTS, ROOT, params, write_json
 
 def peak_rss_mb(overrides: list[str]) -> float:
@@ -54,14 +56,17 @@ def _hwm_kb(pid: int) -> int:
     return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
 
 
-PATHS = {"eager": EngineConfig(compile=False), "fused": EngineConfig(compile=True)}  # before / after issue 12
+# before / after issue 19: the fused forward with every linear layer through MKL, and with this
+# machine's probed GEMM library per batch size (model/linear_library.py)
+PATHS = {"mkl": EngineConfig(linear_library="mkl"), "probed": EngineConfig()}
+BEFORE, AFTER = "before (MKL linear)", "after (probed linear)"
 
 
 def row(name, value, unit, goal, goal_text, how, before=None):
-    """One metric; `before` is the eager path's value where the forward path matters."""
+    """One metric; `before` is the all-MKL path's value where the linear library matters."""
     met = "" if goal is None else ("yes" if goal(value) else "no")
-    return {"metric": name, "unit": unit, "goal": goal_text, "before (eager)": None if before is None else round(before, 4),
-            "after (fused)": round(value, 4), "met": met, "how": how}
+    return {"metric": name, "unit": unit, "goal": goal_text, BEFORE: None if before is None else round(before, 4),
+            AFTER: round(value, 4), "met": met, "how": how}
 
 
 def by_path(measure) -> dict[str, float]:
@@ -114,9 +119,9 @@ def limits(p, cfg) -> list[dict]:
     tps = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     small, large = p["rss_requests"]
     base = ["experiment=ch10", *p.get("overrides", [])]
-    rss = {k: {size: peak_rss_mb(base + [f"workload.num_requests={size}", f"engine.compile={str(e.compile).lower()}"])
+    rss = {k: {size: peak_rss_mb(base + [f"workload.num_requests={size}", f"engine.linear_library={e.linear_library}"])
                for size in (small, large)} for k, e in PATHS.items()}
-    kv_mb = bench.make_engine(m, PATHS["fused"], budget=8).executor.kv_cache_bytes / 2**20
+    kv_mb = bench.make_engine(m, PATHS["probed"], budget=8).executor.kv_cache_bytes / 2**20
     build_s = fused_build_s() if p["time_build"] else float("nan")
     # peaks: the better of before and after, so one noisy moment cannot flatter the ratios
     after = bench.gemm_peaks(m, n)
@@ -124,7 +129,7 @@ def limits(p, cfg) -> list[dict]:
     library = max(peaks, key=peaks.get)  # every ratio below is against the better library
     peak, bw = peaks[library], max(bw_before, bench.memory_bandwidth_gbs())
     bound_s = (weights + kv) / (bw * 1e9)
-    one, chunked = pre["fused"]
+    one, chunked = pre["probed"]
     ratio = {k: c / o for k, (o, c) in pre.items()}
     return [
         *[row(f"matmul_gflops_{lib}", peaks[lib], "GFLOP/s", None, "",
@@ -133,32 +138,32 @@ def limits(p, cfg) -> list[dict]:
         row("matmul_gflops", peak, "GFLOP/s", None, "", f"the better library's fp32 GEMM peak ({library}); "
             "the ratios below are against it"),
         row("memory_read_gbs", bw, "GB/s", None, "", "best of 10, sum over 512 MiB (either path)"),
-        row("prefill_fraction_of_matmul", prefill_gflops["fused"] / peak, "ratio", lambda v: v >= 0.65,
-            ">= 0.65 (issue 5: 0.70)", f"1x{n} prefill {1e3 * one:.1f} ms = {prefill_gflops['fused']:.0f} GFLOP/s "
-            f"(eager {1e3 * pre['eager'][0]:.1f} ms)", prefill_gflops["eager"] / peak),
-        row(f"chunking_cost_{-(-n // chunk)}x{chunk}_vs_1x{n}", ratio["fused"], "ratio", lambda v: v <= 1.25,
-            "<= 1.25 (issue 5: 1.15)", f"{-(-n // chunk)}x{chunk} {1e3 * chunked:.1f} ms vs 1x{n} {1e3 * one:.1f} ms "
-            f"(eager {1e3 * pre['eager'][1]:.1f} vs {1e3 * pre['eager'][0]:.1f}), paths alternated round by round",
-            ratio["eager"]),
-        row("decode_vs_memory_bound", decode_s["fused"] / bound_s, "ratio", lambda v: v <= 2.0, "<= 2.0",
-            f"decode step b8 ctx{ctx} {1e3 * decode_s['fused']:.2f} ms (eager {1e3 * decode_s['eager']:.2f}); bound "
+        row("prefill_fraction_of_matmul", prefill_gflops["probed"] / peak, "ratio", lambda v: v >= 0.70,
+            ">= 0.70 (issue 19)", f"1x{n} prefill {1e3 * one:.1f} ms = {prefill_gflops['probed']:.0f} GFLOP/s "
+            f"(all MKL {1e3 * pre['mkl'][0]:.1f} ms)", prefill_gflops["mkl"] / peak),
+        row(f"chunking_cost_{-(-n // chunk)}x{chunk}_vs_1x{n}", ratio["probed"], "ratio", lambda v: v <= 1.15,
+            "<= 1.15 (issue 19)", f"{-(-n // chunk)}x{chunk} {1e3 * chunked:.1f} ms vs 1x{n} {1e3 * one:.1f} ms "
+            f"(all MKL {1e3 * pre['mkl'][1]:.1f} vs {1e3 * pre['mkl'][0]:.1f}), paths alternated round by round",
+            ratio["mkl"]),
+        row("decode_vs_memory_bound", decode_s["probed"] / bound_s, "ratio", lambda v: v <= 2.0, "<= 2.0",
+            f"decode step b8 ctx{ctx} {1e3 * decode_s['probed']:.2f} ms (all MKL {1e3 * decode_s['mkl']:.2f}); bound "
             f"{1e3 * bound_s:.2f} ms = ({weights / 2**20:.1f} MiB weights + {kv / 2**20:.1f} MiB KV) / {bw:.1f} GB/s",
-            decode_s["eager"] / bound_s),
-        row("step_overhead_ms", 1e3 * step_s["fused"], "ms", lambda v: v <= 1.0, "<= 1.0",
-            "one decode token, tiny context", 1e3 * step_s["eager"]),
-        row("step_overhead_growth", growth["fused"], "ratio", lambda v: v <= 1.15, "flat (<= 1.15)",
-            f"last vs first tenth of {p['overhead_requests']} requests served one after another", growth["eager"]),
-        row("tokens_per_s_vs_hf_generate", tps["fused"] / tps["hf"], "ratio", lambda v: v >= 2.0, ">= 2.0",
-            f"8 x {p['hf_prompt_tokens']}-token prompts, {p['hf_new_tokens']} new tokens greedy: fused {tps['fused']:.0f}"
-            f" tok/s, eager {tps['eager']:.0f}, HF generate {tps['hf']:.0f} (medians of 3, alternated)",
-            tps["eager"] / tps["hf"]),
-        row(f"peak_rss_{small}_requests_mb", rss["fused"][small], "MiB", lambda v: v < 1536, "< 1.5 GB",
-            "run.py experiment=ch10, fresh process, MLflow off", rss["eager"][small]),
-        row(f"peak_rss_{large}_requests_mb", rss["fused"][large], "MiB", lambda v: v < 1536, "< 1.5 GB", "same",
-            rss["eager"][large]),
-        row("rss_growth_large_vs_small", rss["fused"][large] / rss["fused"][small], "ratio", lambda v: v <= 1.1,
-            "not growing (<= 1.1)", "", rss["eager"][large] / rss["eager"][small]),
-        row("kv_pool_share_of_peak", kv_mb / rss["fused"][large], "ratio", None, "", f"KV pool {kv_mb:.0f} MiB"),
+            decode_s["mkl"] / bound_s),
+        row("step_overhead_ms", 1e3 * step_s["probed"], "ms", lambda v: v <= 1.0, "<= 1.0",
+            "one decode token, tiny context", 1e3 * step_s["mkl"]),
+        row("step_overhead_growth", growth["probed"], "ratio", lambda v: v <= 1.15, "flat (<= 1.15)",
+            f"last vs first tenth of {p['overhead_requests']} requests served one after another", growth["mkl"]),
+        row("tokens_per_s_vs_hf_generate", tps["probed"] / tps["hf"], "ratio", lambda v: v >= 2.5, ">= 2.5 (issue 19)",
+            f"8 x {p['hf_prompt_tokens']}-token prompts, {p['hf_new_tokens']} new tokens greedy: probed {tps['probed']:.0f}"
+            f" tok/s, all MKL {tps['mkl']:.0f}, HF generate {tps['hf']:.0f} (medians of 3, alternated)",
+            tps["mkl"] / tps["hf"]),
+        row(f"peak_rss_{small}_requests_mb", rss["probed"][small], "MiB", lambda v: v < 1536, "< 1.5 GB",
+            "run.py experiment=ch10, fresh process, MLflow off", rss["mkl"][small]),
+        row(f"peak_rss_{large}_requests_mb", rss["probed"][large], "MiB", lambda v: v < 1536, "< 1.5 GB", "same",
+            rss["mkl"][large]),
+        row("rss_growth_large_vs_small", rss["probed"][large] / rss["probed"][small], "ratio", lambda v: v <= 1.1,
+            "not growing (<= 1.1)", "", rss["mkl"][large] / rss["mkl"][small]),
+        row("kv_pool_share_of_peak", kv_mb / rss["probed"][large], "ratio", None, "", f"KV pool {kv_mb:.0f} MiB"),
         row("fused_build_s", build_s, "s", None, "", "g++ build of the fused forward in a fresh directory (once per "
             "machine; `make setup` does it; never inside a step)"),
     ]
@@ -207,23 +212,54 @@ def end_to_end(p) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def against_vllm(p, cfg) -> tuple[pd.DataFrame, str]:
+    """Our engine before and after, and vLLM's CPU build, on the same work (peers/compare.py).
+    Without the peer's venv the vLLM column is empty and one line says why."""
+    peer, threads = p["peer"], torch_threads(cfg.engine)
+    overrides = p.get("overrides", [])
+    try:
+        vllm_peer.peer_python()
+    except vllm_peer.PeerUnavailable as exc:
+        vllm, note = None, f"{exc}; its column is empty."
+        print(note)
+    else:
+        vllm = compare.theirs(peer, overrides, threads)
+        note = (f"vLLM {vllm.pop('vllm_version')} (CPU build, .peers/vllm/), fp32, {threads} threads bound to every "
+                "core, max_num_seqs 8, prefix caching off, max_num_batched_tokens = the budget, AsyncLLM; "
+                "timestamps where its client receives each token.")
+    return compare.table(compare.ours(peer, overrides), vllm), note
+
+
 def main() -> None:
     p = params("perf")
     cfg = compose_run_config(p.get("overrides", []))
     ratios = pd.DataFrame(limits(p, cfg) + simulator(p))
     e2e = end_to_end(p)
+    peer, peer_note = against_vllm(p, cfg)
     ratios.to_csv(OUTPUTS / "perf.csv", index=False)
-    after, before = ratios["after (fused)"], ratios["before (eager)"]
+    peer.to_csv(OUTPUTS / "perf_vs_vllm.csv", index=False, float_format="%.4f")
+    after, before = ratios[AFTER], ratios[BEFORE]
     write_json(OUTPUTS / "perf_metrics.json",
-               dict(zip(ratios.metric, after)) | {f"{k}_eager": v for k, v in zip(ratios.metric, before) if pd.notna(v)})
+               dict(zip(ratios.metric, after)) | {f"{k}_mkl": v for k, v in zip(ratios.metric, before) if pd.notna(v)}
+               | {f"{k}_over_vllm": v for k, v in zip(peer.measurement, peer["after / vLLM"]) if pd.notna(v)})
     e2e.to_csv(OUTPUTS / "perf_end_to_end.csv", index=False, float_format="%.4f")
     executor = bench.make_engine(cfg.model, EngineConfig(), budget=8).executor
-    cond = conditions(cfg, executor.model.num_parameters(), forward_path=f"{executor.forward_path} (before: eager)")
+    cond = conditions(cfg, executor.model.num_parameters(), forward_path=f"{executor.forward_path} (before: linear mkl)")
     cond["workload"] = "micro-benchmarks; end to end: ch10 trace, 24 requests, seed 3"
     write_json(OUTPUTS / "perf_conditions.json", cond | {"line": conditions_line(cond)})
-    md = ["### Performance: ratios measured side by side in one run, before (eager ops) and after (fused C++ "
-          "forward, `engine.compile=true`)", "",
-          ratios.to_markdown(index=False), "", "### End to end: the chapter's trace, replay and wall clocks", "",
+    serve = p["peer"]
+    md = ["### Performance: ratios measured side by side in one run, before (every linear layer through MKL) and "
+          f"after (this machine's probed GEMM library per batch size: {executor.forward_path})", "",
+          ratios.to_markdown(index=False), "",
+          "### Against vLLM on the same machine, in the same run", "",
+          f"One {serve['prompt_tokens']}-token prompt prefilled in one pass and in chunks (`LLM.generate`-style, "
+          f"max_tokens 1); a static batch of {serve['static_batch']} x {serve['static_prompt_tokens']}-token prompts + "
+          f"{serve['static_new_tokens']} new tokens; the ch10 mix, {serve['serve_requests']} requests at "
+          f"{serve['rate_per_s']}/s (seed {serve['seed']}), replayed in real time at each budget (b64_... = budget 64). "
+          "TTFT, every-gap ITL and TPOT computed from both engines' token timestamps by the same code. "
+          + peer_note, "",
+          peer.to_markdown(index=False, floatfmt=".3f"), "",
+          "### End to end: the chapter's trace, replay and wall clocks", "",
           e2e.to_markdown(index=False, floatfmt=".3f"), "", f"Conditions: {conditions_line(cond)}", ""]
     (OUTPUTS / "tables").mkdir(exist_ok=True)
     (OUTPUTS / "tables" / "perf.md").write_text("\n".join(md))

@@ -46,6 +46,7 @@ def test_every_option_composes(group):
     ("workload.arrival=uniform", "workload.arrival='uniform'"),
     ("model.dtype=float16", "model.dtype='float16'"),
     ("engine.clock=sundial", "engine.clock='sundial'"),
+    ("engine.linear_library=openblas", "engine.linear_library='openblas'"),
     ("engine.num_blocks=0", "engine.num_blocks=0"),
     ("slo.ttft_s=0", "slo.ttft_s=0.0"),
     ("scheduler.budget=lots", "scheduler.budget=lots: Value 'lots' of type 'str' could not be converted to Integer"),

@@ -22,7 +22,9 @@ class Path(NamedTuple):
 
 
 PATHS = {"eager": Path(MICRO, EngineConfig(compile=False)),
+         # auto: this machine's GEMM library per batch size, so steps of one run may mix both
          "fused": Path(dataclasses.replace(MICRO, dtype="float32"), EngineConfig(compile=True))}
+ONEDNN = Path(dataclasses.replace(MICRO, dtype="float32"), EngineConfig(linear_library="onednn"))
 
 
 @pytest.fixture(scope="module", params=list(PATHS))
@@ -38,7 +40,7 @@ def reqs():
 @pytest.fixture(scope="module")
 def baseline(reqs, path):
     eng, result = path.run(reqs, budget=8192)
-    assert eng.executor.forward_path == ("fused" if path.engine.compile else "eager")
+    assert eng.executor.forward_path.startswith("fused (linear " if path.engine.compile else "eager")
     return outputs(result)
 
 
@@ -48,6 +50,14 @@ def test_outputs_identical_across_budgets(reqs, baseline, path, budget):
     assert outputs(result) == baseline
     if budget <= 64:
         assert eng.scheduler.num_chunked_prefills > 0  # the long prompts really were chunked
+
+
+def test_onednn_outputs_identical_across_budgets(reqs):
+    """Every linear layer through oneDNN, whatever this machine's probe chose."""
+    want = outputs(ONEDNN.run(reqs, budget=8192)[1])
+    for budget in (8, 64, 512):
+        eng, result = ONEDNN.run(reqs, budget=budget)
+        assert outputs(result) == want and eng.executor.forward_path == "fused (linear onednn)"
 
 
 @pytest.mark.parametrize("sched", [

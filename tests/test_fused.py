@@ -10,6 +10,7 @@ from chunklab.config import EngineConfig, TinyGPTConfig
 from chunklab.engine.model_runner import ModelRunner
 from chunklab.model import native
 from chunklab.model.attention import AttentionMetadata, DecodeBatch, PrefillSegment
+from chunklab.model.linear_library import LinearPlan
 from chunklab.model.tiny_gpt import TinyGPT
 from helpers import MICRO
 
@@ -37,12 +38,17 @@ def _slots(table_row, start, end):
     return table_row.long()[pos // BLOCK] * BLOCK + pos % BLOCK
 
 
+# Both GEMM libraries the fused forward can route its linear layers through (model/linear_library.py).
+LIBRARIES = pytest.mark.parametrize("library", ["mkl", "onednn"])
+
+
+@LIBRARIES
 @torch.inference_mode()
-def test_prompt_then_decode_logits_match_llama(tiny):
+def test_prompt_then_decode_logits_match_llama(tiny, library):
     transformers = pytest.importorskip("transformers")  # noqa: F841
     from chunklab.model.hf_export import to_llama
 
-    fused = native.FusedForward(tiny, BLOCK)
+    fused = native.FusedForward(tiny, BLOCK, LinearPlan.single(library))
     prompt, new = 333, 4
     ids = torch.randint(0, 260, (prompt + new,), generator=torch.Generator().manual_seed(2))
     ref = to_llama(tiny)(ids[None]).logits[0]
@@ -76,8 +82,9 @@ def _eager_mixed_step(model, ids, table, contexts, chunk, kv):
     dict(num_heads=4, num_kv_heads=4, head_dim=32, d_model=128),  # no GQA
 ])
 @pytest.mark.parametrize("chunk", [(0, 37), (53, 29)])  # a first chunk; one after a cached prefix
+@LIBRARIES
 @torch.inference_mode()
-def test_mixed_step_matches_the_eager_model(shape, chunk):
+def test_mixed_step_matches_the_eager_model(shape, chunk, library):
     cfg = dataclasses.replace(MICRO, dtype="float32", **shape)
     model = TinyGPT.from_seed(cfg, seed=4)
     contexts = [0, 15, 16, 40, 77]  # decode positions: block edges, first token, a few blocks in
@@ -88,15 +95,19 @@ def test_mixed_step_matches_the_eager_model(shape, chunk):
     n = len(contexts) + chunk[1]
     ids = torch.randint(0, 260, (n,), generator=torch.Generator().manual_seed(6))
     want = _eager_mixed_step(model, ids, table, contexts, chunk, kv_eager)
-    got = native.FusedForward(model, BLOCK)(ids, table, contexts + [chunk[0]], [1] * len(contexts) + [chunk[1]],
-                                            len(contexts), kv_fused)
+    fused = native.FusedForward(model, BLOCK, LinearPlan.single(library))
+    got = fused(ids, table, contexts + [chunk[0]], [1] * len(contexts) + [chunk[1]], len(contexts), kv_fused)
     torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
     torch.testing.assert_close(kv_fused[0], kv_eager[0], atol=1e-6, rtol=1e-5)  # same cache writes
 
 
 def test_runner_reports_its_path(caplog):
     f32 = dataclasses.replace(MICRO, dtype="float32")
-    assert ModelRunner(f32, EngineConfig(num_blocks=8)).forward_path == "fused"
+    for library in ("mkl", "onednn"):  # the GEMM library is part of the path's name (and so of a fingerprint)
+        runner = ModelRunner(f32, EngineConfig(num_blocks=8, linear_library=library))
+        assert runner.forward_path == f"fused (linear {library})"
+        assert runner.fused.linear_plan == LinearPlan.single(library)
+    assert ModelRunner(f32, EngineConfig(num_blocks=8)).forward_path.startswith("fused (linear ")
     assert ModelRunner(f32, EngineConfig(num_blocks=8, compile=False)).forward_path == "eager"
     assert ModelRunner(MICRO, EngineConfig(num_blocks=8)).forward_path.startswith("eager (the fused forward is float32")
     naive = dataclasses.replace(f32, attention="naive")

@@ -28,11 +28,15 @@ SMALL = ["model=micro", "tracking=none", "tracking.progress=false", "workload.nu
 
 def test_a_fingerprint_names_the_machine_threads_and_engine_build():
     fp32 = dataclasses.replace(MICRO, dtype="float32")  # the fused forward's dtype
-    two, one = fingerprint(fp32, EngineConfig(threads=2)), fingerprint(fp32, EngineConfig(threads=1))
+    mkl = dict(linear_library="mkl")  # auto's probe may choose otherwise at another thread count
+    two, one = fingerprint(fp32, EngineConfig(threads=2, **mkl)), fingerprint(fp32, EngineConfig(threads=1, **mkl))
     assert two["torch_threads"] == 2 and one["torch_threads"] == 1
     assert fingerprint_id(two) != fingerprint_id(one) and differences(two, one) == ["torch_threads"]
     eager = fingerprint(fp32, EngineConfig(threads=2, compile=False))
     assert eager["forward_path"] == "eager" and "forward_path" in differences(two, eager)
+    onednn = fingerprint(fp32, EngineConfig(threads=2, linear_library="onednn"))  # another GEMM library: another profile
+    assert two["forward_path"] == "fused (linear mkl)" and onednn["forward_path"] == "fused (linear onednn)"
+    assert differences(two, onednn) == ["forward_path"]
     assert len(two["source_digest"]) == 12 and two["cpu_logical_cores"] == os.cpu_count()
     assert "2 threads" in describe(two) and two["cpu_model"] in describe(two)
 

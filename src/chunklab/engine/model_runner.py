@@ -37,8 +37,21 @@ def eager_reason(model_cfg: ModelConfig, engine_cfg: EngineConfig) -> str:
     return ""
 
 
+def linear_plan(model_cfg: ModelConfig, engine_cfg: EngineConfig):
+    """The fused forward's GEMM library per batch size on this machine (probed once, cached)."""
+    from chunklab.calibration.fingerprint import torch_threads
+    from chunklab.model.linear_library import resolve
+
+    return resolve(engine_cfg.linear_library, model_cfg, torch_threads(engine_cfg))
+
+
+def fused_path_name(plan) -> str:
+    """'fused (linear mkl<4, onednn>=4)': the path and its GEMM libraries, as conditions and fingerprints name it."""
+    return f"fused (linear {plan.describe()})"
+
+
 def planned_forward_path(model_cfg: ModelConfig, engine_cfg: EngineConfig) -> str:
-    """'fused' or 'eager': the path a runner of this config takes on this machine."""
+    """'fused (linear ...)' or 'eager': the path a runner of this config takes on this machine."""
     if eager_reason(model_cfg, engine_cfg):
         return "eager"
     from chunklab.model.native import NativeUnavailable, load_extension
@@ -47,7 +60,7 @@ def planned_forward_path(model_cfg: ModelConfig, engine_cfg: EngineConfig) -> st
         load_extension()
     except NativeUnavailable:
         return "eager"
-    return "fused"
+    return fused_path_name(linear_plan(model_cfg, engine_cfg))
 
 
 class ModelRunner:
@@ -81,7 +94,8 @@ class ModelRunner:
         from chunklab.model.native import FusedForward, NativeUnavailable
 
         try:
-            return FusedForward(self.model, self.block_size), "fused"
+            plan = linear_plan(self._model_cfg, engine_cfg)
+            return FusedForward(self.model, self.block_size, plan), fused_path_name(plan)
         except NativeUnavailable as exc:
             log.warning("engine.compile=true, running eager: %s", exc)
             return None, f"eager ({exc})"

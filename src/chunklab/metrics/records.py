@@ -57,17 +57,25 @@ def record(seq: Sequence) -> RequestRecord:
         where = (f"{seq.phase.name.lower()}, {seq.num_output_tokens}/{req.max_output_tokens} tokens"
                  if seq.phase is not Phase.WAITING or seq.num_output_tokens else "waiting")
         return RequestRecord(status="unfinished", reason=f"run stopped while {where}", **base)
-    times = seq.token_times_s
+    return timed_record(req, seq.num_prompt_tokens, seq.token_times_s, seq.first_scheduled_s,
+                        seq.num_preemptions, output_digest(seq.output_token_ids))
+
+
+def timed_record(req, prompt_tokens: int, times, first_scheduled_s: float, preemptions: int = 0,
+                 digest: str = "") -> RequestRecord:
+    """A finished request's record from its output tokens' timestamps (on the run's clock): the one
+    definition of TTFT, TPOT and every gap, for our engine and for a peer's timestamps alike."""
     gaps = array("d", (b - a for a, b in zip(times, times[1:])))
     return RequestRecord(
-        status="finished", **base,
+        request_id=req.request_id, label=req.label, arrival_s=req.arrival_s, prompt_tokens=prompt_tokens,
+        output_tokens=len(times), status="finished",
         ttft_s=times[0] - req.arrival_s,
         tpot_s=(times[-1] - times[0]) / len(gaps) if gaps else None,
         e2e_s=times[-1] - req.arrival_s,
-        queue_s=seq.first_scheduled_s - req.arrival_s,
+        queue_s=first_scheduled_s - req.arrival_s,
         max_gap_s=max(gaps) if gaps else None,
         itl_p99_s=percentile(gaps, 99) if gaps else None,
-        preemptions=seq.num_preemptions,
-        output_digest=output_digest(seq.output_token_ids),
+        preemptions=preemptions,
+        output_digest=digest,
         gaps_s=gaps,
     )

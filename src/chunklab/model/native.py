@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from chunklab.model.linear_library import LinearPlan, pack
 from chunklab.model.tiny_gpt import TinyGPT
 from chunklab.paths import in_project
 
@@ -82,9 +83,10 @@ def load_extension():
 
 
 class FusedForward:
-    """TinyGPT.forward as one C++ call. Holds the weights in the order the C++ side reads them."""
+    """TinyGPT.forward as one C++ call. Holds the weights in the order the C++ side reads them,
+    and, where the plan sends any batch size to oneDNN, each projection prepacked once for it."""
 
-    def __init__(self, model: TinyGPT, block_size: int):
+    def __init__(self, model: TinyGPT, block_size: int, linear_plan: LinearPlan = LinearPlan.single("mkl")):
         p = next(model.parameters())
         if p.dtype != torch.float32 or p.device.type != "cpu" or model.cfg.head_dim % 2:
             raise NativeUnavailable(f"the fused forward runs float32 on CPU with an even head_dim, not {p.dtype} "
@@ -97,6 +99,10 @@ class FusedForward:
             self.weights += [t.detach() for t in (b.attn_norm, b.attn.wqkv, b.attn.wo, b.mlp_norm,
                                                   b.mlp.w_gate_up, b.mlp.w_down)]
         self.weights.append(model.final_norm.detach())
+        self.linear_plan = linear_plan
+        self.packed = [pack(w.detach()) for b in model.blocks
+                       for w in (b.attn.wqkv, b.attn.wo, b.mlp.w_gate_up, b.mlp.w_down)] \
+            if "onednn" in linear_plan.uses else []
         self.rope_cos = model.rope_cos.float().contiguous()
         self.rope_sin = model.rope_sin.float().contiguous()
 
@@ -104,13 +110,21 @@ class FusedForward:
                  num_tokens: list[int], num_decodes: int, kv_cache) -> torch.Tensor:
         """Hidden states [T, d_model]; see csrc/fused_forward.cpp for the layout contract."""
         c = self.cfg
+        onednn = self.linear_plan.library_for(input_ids.shape[0]) == "onednn"
         return self.ext.forward(input_ids, block_tables, starts, num_tokens, num_decodes, self.weights,
                                 kv_cache[0], kv_cache[1], self.rope_cos, self.rope_sin,
-                                c.num_heads, c.num_kv_heads, c.head_dim, self.block_size, c.norm_eps)
+                                c.num_heads, c.num_kv_heads, c.head_dim, self.block_size, c.norm_eps,
+                                self.packed, onednn)
 
 
-if __name__ == "__main__":  # `python -m chunklab.model.native`: build now (make setup does)
+if __name__ == "__main__":  # `python -m chunklab.model.native`: build now (make setup does), and probe
     try:
         print(f"fused forward ready: {load_extension().__file__}")
     except NativeUnavailable as exc:
         print(f"fused forward unavailable, runs will use eager torch ops: {exc}")
+    else:
+        from chunklab.config import ModelConfig
+        from chunklab.model.linear_library import probed_plan
+
+        print(f"linear layers on this machine: {probed_plan(ModelConfig(), torch.get_num_threads()).describe()} "
+              "(engine.linear_library=auto; probed once, cached in .cache/linear_library/)")

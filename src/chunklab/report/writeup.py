@@ -6,6 +6,7 @@ from pathlib import Path
 import pandas as pd
 
 from chunklab.report import chapter
+from chunklab.report.peer import peer_findings
 from chunklab.report.production import production_findings
 
 
@@ -177,7 +178,7 @@ def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) ->
         "![Llama-3-8B on H100, conversation trace](simulated/production/llama3_8b_h100_azure_conv_heatmaps.png)",
         "### The cost model behind it", (outputs / "cost_models" / "cost_models.md").read_text(),
         "![H100 operator fit](cost_models/h100_fit.png)",
-        "## Performance (measured)", t("perf"),
+        "## Performance (measured)", t("perf"), *peer_findings(outputs),
         "## Plots (measured)",
         "![TTFT ECDF](plots/ttft_ecdf.png)", "![ITL distribution](plots/itl_distribution.png)",
         "![timeline](plots/timeline.png)", "![metrics vs budget](plots/metrics_vs_budget.png)",

@@ -2,9 +2,10 @@
 //
 // The eager model issues ~40 ATen ops per layer from Python; at one decode token
 // that dispatch, not arithmetic, is most of a step. Here the layer loop runs in
-// C++, the matmuls stay ATen's (MKL), and everything between them is a few fused
-// loops: RMSNorm, RoPE + KV-cache write, SiLU-mul, and paged decode attention that
-// reads each K/V block in place (no gather into a padded copy, no mask tensor).
+// C++, the matmuls run through MKL (at::mm) or oneDNN (prepacked weights; the
+// per-machine choice is model/linear_library.py's), and everything between them is
+// a few fused loops: RMSNorm, RoPE + KV-cache write, SiLU-mul, and paged decode
+// attention that reads each K/V block in place (no gather, no mask tensor).
 //
 // Contract (float32, CPU, contiguous):
 //   input_ids [T] int64; the batch is sequences laid out one after another, the
@@ -14,6 +15,8 @@
 //   k_pool, v_pool [L, num_slots, Hkv, D]; slot = block * block_size + offset.
 //   weights: embed, then per layer (attn_norm, wqkv [C, (H+2Hkv)D], wo, mlp_norm,
 //   w_gate_up [C, 2F], w_down), then final_norm.  rope_cos/sin [max_seq, D].
+//   packed: empty (every matmul through MKL), or per layer the oneDNN-prepacked
+//   (wqkv, wo, w_gate_up, w_down), used when `onednn` is set.
 //   Returns the hidden states after the final norm, [T, C].
 #include <torch/extension.h>
 
@@ -51,12 +54,25 @@ at::Tensor segment_attention(const at::Tensor& qkv, const Segment& seg, const at
   return out.squeeze(0).transpose(0, 1);  // [n, H, D]
 }
 
+// y = x @ w through MKL, or through oneDNN's linear on the same weight prepacked.
+// mkldnn::_linear_pointwise has no C++ API in the wheel's headers: called boxed
+// through the dispatcher (a few microseconds, 24 calls a step).
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor* packed) {
+  if (packed == nullptr) return at::mm(x, w);
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
+  torch::jit::Stack stack{x, *packed, c10::IValue(), std::string("none"),
+                          c10::List<std::optional<at::Scalar>>(), c10::IValue(std::string(""))};
+  op.callBoxed(&stack);
+  return stack[0].toTensor();
+}
+
 }  // namespace
 
 at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, const std::vector<int64_t>& starts,
                    const std::vector<int64_t>& num_tokens, int64_t num_decodes, const std::vector<at::Tensor>& weights,
                    at::Tensor k_pool, at::Tensor v_pool, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
-                   int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, int64_t block_size, double eps) {
+                   int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, int64_t block_size, double eps,
+                   const std::vector<at::Tensor>& packed, bool onednn) {
   TORCH_CHECK(input_ids.dim() == 1 && block_tables.scalar_type() == at::kInt, "bad metadata");
   TORCH_CHECK(k_pool.scalar_type() == at::kFloat && k_pool.is_contiguous() && v_pool.is_contiguous(),
               "the fused forward takes a contiguous float32 KV pool");
@@ -64,6 +80,7 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
   const int64_t L = k_pool.size(0), T = input_ids.size(0), S = static_cast<int64_t>(starts.size());
   const int64_t max_blocks = block_tables.size(1);
   TORCH_CHECK(static_cast<int64_t>(weights.size()) == 2 + 6 * L, "expected ", 2 + 6 * L, " weight tensors");
+  TORCH_CHECK(!onednn || static_cast<int64_t>(packed.size()) == 4 * L, "onednn needs ", 4 * L, " packed weights");
   const int32_t* tables = block_tables.data_ptr<int32_t>();
 
   // Per-token positions and slots; per-segment context slots and masks (shared by every layer).
@@ -98,16 +115,25 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
   auto attn = at::empty({T, num_heads * head_dim}, x.options());
   for (int64_t layer = 0; layer < L; ++layer) {
     const at::Tensor* w = &weights[1 + 6 * layer];
+    const at::Tensor* pk = onednn ? &packed[4 * layer] : nullptr;  // wqkv, wo, w_gate_up, w_down
+    auto lin = [pk](const at::Tensor& in, const at::Tensor& weight, int i) {
+      return linear(in, weight, pk == nullptr ? nullptr : pk + i);
+    };
     auto k_heads = k_pool[layer], v_heads = v_pool[layer];  // [num_slots, Hkv, D]
     auto k_cache = k_heads.view({-1, num_kv_heads * head_dim}), v_cache = v_heads.view({-1, num_kv_heads * head_dim});
-    auto qkv = at::mm(rms_norm(x, w[0], eps), w[1]);  // [T, (H + 2Hkv) D]
+    auto qkv = lin(rms_norm(x, w[0], eps), w[1], 0);  // [T, (H + 2Hkv) D]
     rope_and_cache_write(qkv, rope_cos, rope_sin, positions, slots, k_cache, v_cache, s);
     if (num_decodes > 0) paged_decode_attention(qkv, k_cache, v_cache, tables, max_blocks, context_lens, attn, s);
     for (const auto& seg : segments)
       attn.narrow(0, seg.row, seg.n).view({seg.n, num_heads, head_dim})
           .copy_(segment_attention(qkv, seg, k_heads, v_heads, s));
-    x = at::addmm(x, attn, w[2]);
-    x = at::addmm(x, silu_mul(at::mm(rms_norm(x, w[3], eps), w[4])), w[5]);
+    if (pk == nullptr) {
+      x = at::addmm(x, attn, w[2]);
+      x = at::addmm(x, silu_mul(at::mm(rms_norm(x, w[3], eps), w[4])), w[5]);
+    } else {  // x is this call's own residual stream: added to in place
+      x.add_(lin(attn, w[2], 1));
+      x.add_(lin(silu_mul(lin(rms_norm(x, w[3], eps), w[4], 2)), w[5], 3));
+    }
   }
   return rms_norm(x, weights.back(), eps);
 }

@@ -1,0 +1,163 @@
+"""Which fp32 GEMM library the fused forward's linear layers run through, per batch size.
+
+The x86 CPU wheel of torch has two: MKL (ATen's at::mm) and oneDNN (torch's mkldnn
+linear, weights prepacked once). Which is faster depends on the CPU and on the
+number of rows: on one AMD EPYC VM oneDNN was ~10% faster from 3 to 512 rows and
+~1.8x slower at one row; the issue that asked for this saw it 2x faster at 1536
+rows on another. So the choice is measured, not assumed: a short probe (~3 s)
+times both on this model's own linear layers at a ladder of row counts, and the
+plan keeps, per rung, the library that won. MKL is the incumbent: oneDNN must win
+by `MARGIN` (median of paired timings) to take a rung, so noise cannot flip a tie.
+
+The probe runs once per machine, model shape and thread count; its result is cached
+under .cache/linear_library/ so every later process (and the profile fingerprint,
+which names the plan) sees the same choice. engine.linear_library=mkl|onednn forces
+one library at every size.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import torch
+
+from chunklab.config import ModelConfig
+from chunklab.paths import in_project
+
+LIBRARIES = ("mkl", "onednn")
+CHOICES = ("auto", *LIBRARIES)
+PROBE_ROWS = (1, 2, 4, 8, 16, 64, 256, 1024)  # rung r covers steps of r rows up to the next rung
+MARGIN = 0.03  # oneDNN takes a rung only when at least 3% faster there
+
+
+@dataclass(frozen=True)
+class LinearPlan:
+    """Per rung (minimum rows), the library that runs a step of at least that many rows."""
+    rungs: tuple[tuple[int, str], ...]  # ascending minimum rows; the first is 1
+
+    @classmethod
+    def single(cls, library: str) -> "LinearPlan":
+        return cls(((1, library),))
+
+    def library_for(self, rows: int) -> str:
+        chosen = self.rungs[0][1]
+        for min_rows, library in self.rungs:
+            if rows >= min_rows:
+                chosen = library
+        return chosen
+
+    @property
+    def uses(self) -> set[str]:
+        return {lib for _, lib in self.rungs}
+
+    def describe(self) -> str:
+        """'mkl', 'onednn' or 'mkl<4, onednn>=4': adjacent rungs of one library merged."""
+        merged: list[tuple[int, str]] = []
+        for min_rows, library in self.rungs:
+            if not merged or merged[-1][1] != library:
+                merged.append((min_rows, library))
+        if len(merged) == 1:
+            return merged[0][1]
+        parts = []
+        for i, (min_rows, library) in enumerate(merged):
+            upper = merged[i + 1][0] if i + 1 < len(merged) else None
+            if i == 0:
+                parts.append(f"{library}<{upper}")
+            elif upper is None:
+                parts.append(f"{library}>={min_rows}")
+            else:
+                parts.append(f"{library} {min_rows}-{upper - 1}")
+        return ", ".join(parts)
+
+
+def linear_shapes(m: ModelConfig) -> list[tuple[int, int]]:
+    """(in, out) of one layer's linear layers: fused QKV, output, gate-up, down."""
+    q, kv = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
+    return [(m.d_model, q + 2 * kv), (q, m.d_model), (m.d_model, 2 * m.mlp_hidden), (m.mlp_hidden, m.d_model)]
+
+
+def pack(weight_in_out: torch.Tensor, rows_hint: int = 1024) -> torch.Tensor:
+    """oneDNN's prepacked form of a [in, out] weight (its linear takes [out, in])."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight_in_out.t().contiguous(), rows_hint)
+
+
+def onednn_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+
+
+def _layer_seconds(library: str, xs: list[torch.Tensor], weights: list[torch.Tensor]) -> float:
+    t0 = time.perf_counter()
+    for x, w in zip(xs, weights):
+        torch.mm(x, w) if library == "mkl" else onednn_linear(x, w)
+    return time.perf_counter() - t0
+
+
+def probe_ratios(m: ModelConfig, rows: tuple[int, ...] = PROBE_ROWS, repeats: int = 21) -> dict[int, dict[str, float]]:
+    """Per row count: the median over `repeats` of oneDNN's time over MKL's for one layer's linear
+    layers, each pair timed back to back, and each library's median seconds. A ratio of adjacent
+    timings survives what a shared VM does to both (swings of 2x in a minute were seen here)."""
+    gen = torch.Generator().manual_seed(0)
+    shapes = linear_shapes(m)
+    plain = [torch.randn(k, n, generator=gen) for k, n in shapes]
+    packed = [pack(w) for w in plain]
+    out: dict[int, dict[str, float]] = {}
+    with torch.inference_mode():
+        for r in rows:
+            xs = [torch.randn(r, k, generator=gen) for k, _ in shapes]
+            pairs = []
+            for i in range(repeats + 2):
+                order = (("mkl", plain), ("onednn", packed)) if i % 2 else (("onednn", packed), ("mkl", plain))
+                t = {lib: _layer_seconds(lib, xs, ws) for lib, ws in order}
+                if i >= 2:  # two warm-up rounds
+                    pairs.append(t)
+            out[r] = {"onednn_over_mkl": statistics.median(t["onednn"] / t["mkl"] for t in pairs),
+                      **{f"{lib}_s": statistics.median(t[lib] for t in pairs) for lib in LIBRARIES}}
+    return out
+
+
+def plan_from_ratios(ratios: dict[int, dict[str, float]], margin: float = MARGIN) -> LinearPlan:
+    """Per rung, oneDNN where its median time was under (1 - margin) of MKL's, else MKL."""
+    rungs = [(r, "onednn" if t["onednn_over_mkl"] < 1 - margin else "mkl") for r, t in sorted(ratios.items())]
+    rungs[0] = (1, rungs[0][1])  # the lowest rung covers every smaller batch
+    return LinearPlan(tuple(rungs))
+
+
+def _cache_path(m: ModelConfig, threads: int) -> Path:
+    from chunklab.model.native import build_directory  # the per-CPU tag of the fused build
+
+    shape = "x".join(f"{k}-{n}" for k, n in linear_shapes(m))
+    root = in_project(os.environ.get("CHUNKLAB_LINEAR_CACHE", Path(".cache") / "linear_library"))
+    return root / f"{build_directory().name}-t{threads}-{shape}.json"
+
+
+@cache
+def probed_plan(m: ModelConfig, threads: int) -> LinearPlan:
+    """This machine's plan for this model's shapes at `threads` torch threads: cached, else probed."""
+    path = _cache_path(m, threads)
+    try:
+        return LinearPlan(tuple((int(r), lib) for r, lib in json.loads(path.read_text())["rungs"]))
+    except (OSError, ValueError, KeyError):
+        pass
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        ratios = probe_ratios(m)
+    finally:
+        torch.set_num_threads(previous)
+    plan = plan_from_ratios(ratios)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # another process may probe at once: last rename wins, whole
+    tmp.write_text(json.dumps({"rungs": plan.rungs, "plan": plan.describe(), "threads": threads,
+                               "probe": {str(r): t for r, t in ratios.items()}}, indent=1))
+    tmp.replace(path)
+    return plan
+
+
+def resolve(choice: str, m: ModelConfig, threads: int) -> LinearPlan:
+    """The plan for engine.linear_library=`choice` (validated by the config)."""
+    return probed_plan(m, threads) if choice == "auto" else LinearPlan.single(choice)

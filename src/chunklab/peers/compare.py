@@ -1,0 +1,122 @@
+"""Our engine and vLLM on the same work, on this machine, one after the other (never at once).
+
+The work (issue 19): one 1536-token prompt prefilled in one pass, in 6 x 256 and in
+24 x 64; a static batch of 8 x 512-token prompts + 64 new tokens; and the ch10 mix
+(100 requests at 8/s, seed 3) replayed in real time at budgets 64, 512 and 8192.
+Our engine runs it twice, with every linear layer through MKL (before) and with the
+probed library per batch size (after); vLLM once, one engine per budget.
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from chunklab import bench
+from chunklab.app import run_experiment
+from chunklab.config import EngineConfig
+from chunklab.experiments.compose import compose_run_config
+from chunklab.metrics.summary import all_gaps
+from chunklab.metrics.records import percentile
+from chunklab.peers import vllm_peer
+from chunklab.workload import make_requests
+
+VARIANTS = {"before": EngineConfig(linear_library="mkl"), "after": EngineConfig()}
+
+
+def latency(records) -> dict[str, float]:
+    """TTFT p50/p99, every-gap ITL p50/p99 and per-request TPOT p50 (seconds), as our summaries compute them."""
+    done = [r for r in records if r.status == "finished"]
+    gaps = all_gaps(done)
+    return {"ttft_p50_s": percentile([r.ttft_s for r in done], 50), "ttft_p99_s": percentile([r.ttft_s for r in done], 99),
+            "itl_p50_s": percentile(gaps, 50), "itl_p99_s": percentile(gaps, 99),
+            "tpot_p50_s": percentile([r.tpot_s for r in done if r.tpot_s is not None], 50)}
+
+
+def serving_config(p: dict, budget: int, overrides: list[str]):
+    return compose_run_config(["workload=ch10_mixed", f"workload.num_requests={p['serve_requests']}",
+                               f"workload.rate_per_s={p['rate_per_s']}", f"workload.seed={p['seed']}",
+                               f"scheduler.budget={budget}", "engine.clock=wall", "tracking=none",
+                               "tracking.progress=false", *overrides])
+
+
+def ours(p: dict, overrides: list[str]) -> dict[str, dict[str, float]]:
+    """Every measurement of our engine, per variant, the variants alternated round by round."""
+    cfg = compose_run_config(overrides)
+    m, n = cfg.model, p["prompt_tokens"]
+    configs = [("sdpa", c) for c in p["prefill_chunks"]]
+    prompts = bench.static_batch_prompts(p["static_batch"], p["static_prompt_tokens"])
+    out = {v: {} for v in VARIANTS}
+    samples = {v: {"prefill": {c: [] for c in p["prefill_chunks"]}, "static": []} for v in VARIANTS}
+    for _ in range(p["repeats"]):
+        for v, e in VARIANTS.items():
+            e = dataclasses.replace(e, threads=cfg.engine.threads)
+            for (_, c), ts in bench.prefill_split(m, configs, n, 1, e).items():
+                samples[v]["prefill"][c] += ts
+            samples[v]["static"].append(bench.engine_batch_tokens_per_s(m, e, prompts, p["static_new_tokens"]))
+    for v in VARIANTS:
+        out[v] |= {f"prefill_{-(-n // c)}x{c}_s": statistics.median(ts) for c, ts in samples[v]["prefill"].items()}
+        out[v]["static_tokens_per_s"] = statistics.median(samples[v]["static"])
+    with tempfile.TemporaryDirectory() as tmp:
+        for budget in p["budgets"]:
+            for v, e in VARIANTS.items():
+                lib = [f"engine.linear_library={e.linear_library}"]
+                run = run_experiment(serving_config(p, budget, overrides + lib), Path(tmp) / f"{v}-{budget}")
+                out[v] |= {f"b{budget}_{k}": x for k, x in latency(run.records).items()}
+    return out
+
+
+def theirs(p: dict, overrides: list[str], threads: int) -> dict[str, float]:
+    """vLLM on the same work: one worker process (one engine) per token budget."""
+    cfg = compose_run_config(overrides)
+    m, n = cfg.model, p["prompt_tokens"]
+    prompt = list(bench.static_batch_prompts(1, n)[0])
+    prompts = [list(x) for x in bench.static_batch_prompts(p["static_batch"], p["static_prompt_tokens"])]
+    # one engine per budget: the serving budgets, each chunk size below the prompt, the static batch's
+    budgets = sorted({*p["budgets"], *(c for c in p["prefill_chunks"] if c < n), p["static_budget"]})
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = vllm_peer.export_model(m, Path(tmp) / "tinygpt")
+        for budget in budgets:
+            chunk = min(budget, n)  # a budget of at least the prompt prefills it in one pass
+            tasks = []
+            if chunk in p["prefill_chunks"]:
+                tasks.append({"kind": "prefill", "prompt": prompt, "repeats": p["repeats"]})
+            if budget == p["static_budget"]:
+                tasks.append({"kind": "static", "prompts": prompts, "new_tokens": p["static_new_tokens"], "repeats": 3})
+            requests = None
+            if budget in p["budgets"]:
+                requests, _ = make_requests(serving_config(p, budget, overrides))
+                tasks.append(vllm_peer.serve_task(requests))
+            spec = {"model_dir": str(model_dir), "budget_tokens": budget, "max_num_seqs": cfg.scheduler.max_num_seqs,
+                    "max_model_len": m.max_seq_len, "tasks": tasks}
+            done = vllm_peer.run_worker(spec, threads)
+            out["vllm_version"] = done["vllm_version"]
+            for task, result in zip(tasks, done["results"]):
+                if task["kind"] == "prefill":
+                    out[f"prefill_{-(-n // chunk)}x{chunk}_s"] = statistics.median(result["seconds"])
+                elif task["kind"] == "static":
+                    out["static_tokens_per_s"] = statistics.median(result["tokens_per_s"])
+                else:
+                    recs = vllm_peer.serve_records(result, requests)
+                    out |= {f"b{budget}_{k}": x for k, x in latency(recs).items()}
+    return out
+
+
+def table(ours_: dict[str, dict[str, float]], vllm: dict[str, float] | None) -> pd.DataFrame:
+    """One row per measurement: before, after, vLLM, after / vLLM, and whether after is at least as good."""
+    rows = []
+    for key, after in ours_["after"].items():
+        higher_better = key.endswith("tokens_per_s")
+        scale, unit = (1.0, "tok/s") if higher_better else (1e3, "ms")
+        peer = None if vllm is None else vllm.get(key)
+        ratio = None if peer is None else after / peer
+        ok = "" if ratio is None else ("yes" if (ratio >= 1 if higher_better else ratio <= 1) else "no")
+        rows.append({"measurement": key.removesuffix("_s").removesuffix("_tokens_per_s") if not higher_better else key,
+                     "unit": unit, "chunklab before (MKL)": scale * ours_["before"][key], "chunklab after": scale * after,
+                     "vLLM": None if peer is None else scale * peer, "after / vLLM": ratio,
+                     "at least as good as vLLM": ok})
+    return pd.DataFrame(rows)

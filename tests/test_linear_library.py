@@ -1,0 +1,67 @@
+"""The fused forward's GEMM library per batch size: the plan, the probe's choice and its cache."""
+import dataclasses
+import json
+
+import pytest
+
+from chunklab.config import EngineConfig
+from chunklab.engine.model_runner import ModelRunner
+from chunklab.model import linear_library as ll
+from chunklab.model.linear_library import LinearPlan, plan_from_ratios
+from helpers import MICRO
+
+F32 = dataclasses.replace(MICRO, dtype="float32")
+
+
+def ratios(**by_rows):
+    """A probe result: rows -> oneDNN time over MKL time."""
+    return {int(r[1:]): {"onednn_over_mkl": v, "mkl_s": 1.0, "onednn_s": v} for r, v in by_rows.items()}
+
+
+def test_a_plan_sends_each_batch_size_to_its_rung():
+    plan = LinearPlan(((1, "mkl"), (4, "onednn"), (256, "mkl")))
+    assert [plan.library_for(r) for r in (1, 3, 4, 255, 256, 9999)] == ["mkl", "mkl", "onednn", "onednn", "mkl", "mkl"]
+    assert plan.describe() == "mkl<4, onednn 4-255, mkl>=256"
+    assert LinearPlan(((1, "onednn"), (8, "onednn"))).describe() == "onednn"
+    assert plan.uses == {"mkl", "onednn"} and LinearPlan.single("mkl").uses == {"mkl"}
+
+
+@pytest.mark.parametrize("machine, probe, plan", [
+    # where MKL is the faster library (as on the Intel VM of issue 19): MKL everywhere
+    ("mkl faster", ratios(r1=1.8, r8=1.05, r64=1.1, r1024=1.02), "mkl"),
+    # where oneDNN is (the AMD VMs): oneDNN from the first size where it wins
+    ("onednn faster", ratios(r1=1.6, r8=0.7, r64=0.8, r1024=0.5), "mkl<8, onednn>=8"),
+    ("onednn everywhere", ratios(r1=0.9, r8=0.7, r64=0.8, r1024=0.5), "onednn"),
+    # a tie inside the margin stays with MKL, the incumbent: noise cannot flip it
+    ("tie", ratios(r1=0.99, r8=0.98, r64=1.0, r1024=0.985), "mkl"),
+])
+def test_the_probe_picks_the_faster_library(machine, probe, plan):
+    assert plan_from_ratios(probe).describe() == plan, machine
+
+
+def test_the_probe_measures_both_libraries_and_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHUNKLAB_LINEAR_CACHE", str(tmp_path))
+    ll.probed_plan.cache_clear()
+    plan = ll.probed_plan(F32, 1)
+    (written,) = tmp_path.glob("*-t1-*.json")
+    record = json.loads(written.read_text())
+    assert record["plan"] == plan.describe() and record["threads"] == 1
+    for r in ll.PROBE_ROWS:  # both libraries really timed at every rung; the plan follows what was measured
+        t = record["probe"][str(r)]
+        assert t["mkl_s"] > 0 and t["onednn_s"] > 0
+        assert plan.library_for(r) == ("onednn" if t["onednn_over_mkl"] < 1 - ll.MARGIN else "mkl")
+    ll.probed_plan.cache_clear()
+    monkeypatch.setattr(ll, "probe_ratios", lambda *a, **k: pytest.fail("probed again despite the cache"))
+    assert ll.probed_plan(F32, 1) == plan  # a later process reads the machine's choice
+    ll.probed_plan.cache_clear()
+
+
+def test_auto_runs_the_probed_plan_and_names_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHUNKLAB_LINEAR_CACHE", str(tmp_path))
+    ll.probed_plan.cache_clear()
+    forced = LinearPlan(((1, "mkl"), (4, "onednn")))
+    monkeypatch.setattr(ll, "probed_plan", lambda m, threads: forced)
+    runner = ModelRunner(F32, EngineConfig(num_blocks=8, threads=1))
+    assert runner.fused.linear_plan == forced and runner.forward_path == "fused (linear mkl<4, onednn>=4)"
+    assert len(runner.fused.packed) == 4 * F32.num_layers  # prepacked once, at build
+    assert ModelRunner(F32, EngineConfig(num_blocks=8, linear_library="mkl")).fused.packed == []
