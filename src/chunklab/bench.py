@@ -13,6 +13,7 @@ from chunklab.engine.clock import ReplayClock
 from chunklab.engine.engine import LLMEngine
 from chunklab.engine.sequence import Request
 from chunklab.engine.serve import serve
+from chunklab.model.linear_library import linear_shapes, onednn_linear, pack
 from chunklab.model.tiny_gpt import TinyGPT
 from chunklab.workload.synthetic import prompt_ids
 
@@ -50,15 +51,13 @@ def gemm_fn(library: str, x: torch.Tensor, w: torch.Tensor):
     """A callable computing x @ w.T through `library` (the weight prepacked once for oneDNN)."""
     if library == "mkl":
         return lambda: torch.nn.functional.linear(x, w)
-    packed = torch.ops.mkldnn._reorder_linear_weight(w, x.shape[0])
-    return lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+    packed = pack(w.t(), rows_hint=x.shape[0])
+    return lambda: onednn_linear(x, packed)
 
 
 def gemm_shapes(m: ModelConfig, rows: int) -> list[tuple[int, int, int]]:
     """1024^3 and the model's own linear layers at `rows` rows (fused QKV, output, gate-up, down)."""
-    q, kv = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
-    return [(1024, 1024, 1024), (rows, m.d_model, q + 2 * kv), (rows, q, m.d_model),
-            (rows, m.d_model, 2 * m.mlp_hidden), (rows, m.mlp_hidden, m.d_model)]
+    return [(1024, 1024, 1024), *((rows, k, n) for k, n in linear_shapes(m))]
 
 
 def gemm_peaks(m: ModelConfig, rows: int) -> dict[str, float]:

@@ -30,7 +30,6 @@ from chunklab.config import ModelConfig
 from chunklab.paths import in_project
 
 LIBRARIES = ("mkl", "onednn")
-CHOICES = ("auto", *LIBRARIES)
 PROBE_ROWS = (1, 2, 4, 8, 16, 64, 256, 1024)  # rung r covers steps of r rows up to the next rung
 MARGIN = 0.03  # oneDNN takes a rung only when at least 3% faster there
 

@@ -54,16 +54,39 @@ at::Tensor segment_attention(const at::Tensor& qkv, const Segment& seg, const at
   return out.squeeze(0).transpose(0, 1);  // [n, H, D]
 }
 
-// y = x @ w through MKL, or through oneDNN's linear on the same weight prepacked.
-// mkldnn::_linear_pointwise has no C++ API in the wheel's headers: called boxed
-// through the dispatcher (a few microseconds, 24 calls a step).
+// oneDNN builds (JIT-compiles, ~1 ms) and caches a primitive per distinct row count, each
+// holding ~0.2-0.9 MB, in two caches of 1,024 entries (oneDNN's and ideep's). Serving
+// sees every row count from 1 to the budget, so unpadded it grows by hundreds of MB
+// and pays a build on every new size. Rows are padded up to a bucket instead: exact
+// up to 32, then 16 buckets per octave (at most 1/16 = 6.25% extra rows), so a run
+// builds at most ~16 primitives per octave per weight shape.
+int64_t onednn_rows(int64_t rows) {
+  if (rows <= 32) return rows;
+  int64_t octave = 1;
+  while (octave * 2 <= rows) octave *= 2;
+  const int64_t granule = octave / 16;
+  return (rows + granule - 1) / granule * granule;
+}
+
+// y = x @ w through MKL, or through oneDNN's linear on the same weight prepacked (rows
+// padded to onednn_rows; the pad rows are zero and their outputs dropped: a row's result
+// never reads another row). mkldnn::_linear_pointwise has no C++ API in the wheel's
+// headers: called boxed through the dispatcher (a few microseconds, 24 calls a step).
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor* packed) {
   if (packed == nullptr) return at::mm(x, w);
   static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
-  torch::jit::Stack stack{x, *packed, c10::IValue(), std::string("none"),
+  const int64_t rows = x.size(0), padded = onednn_rows(rows);
+  at::Tensor in = x;
+  if (padded != rows) {
+    in = at::empty({padded, x.size(1)}, x.options());
+    in.narrow(0, 0, rows).copy_(x);
+    in.narrow(0, rows, padded - rows).zero_();
+  }
+  torch::jit::Stack stack{in, *packed, c10::IValue(), std::string("none"),
                           c10::List<std::optional<at::Scalar>>(), c10::IValue(std::string(""))};
   op.callBoxed(&stack);
-  return stack[0].toTensor();
+  auto y = stack[0].toTensor();
+  return padded == rows ? y : y.narrow(0, 0, rows);  // the leading rows of a row-major [padded, N]: contiguous
 }
 
 }  // namespace
@@ -140,4 +163,5 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forward", &forward, "TinyGPT forward over a paged KV pool (float32, CPU)");
+  m.def("onednn_rows", &onednn_rows, "the row count a oneDNN linear of `rows` rows runs at (padded to a bucket)");
 }
