@@ -21,8 +21,8 @@ from chunklab.experiments.compose import compose_run_config
 from chunklab.experiments.simulate import simulate_many, simulate_requests
 from chunklab.metrics.conditions import sim_conditions_line
 from chunklab.report import figures
-from chunklab.report.fidelity import (GOALS, fidelity_table, paired_errors, paired_table, repeat_floor,
-                                      step_error_table)
+from chunklab.report.fidelity import (GOALS, drift_correlation, drift_table, fidelity_table, paired_errors,
+                                      paired_table, repeat_floor, step_error_table)
 from common import MACHINE_PROFILE, OUTPUTS, RUNS, params, write_json
 
 PROFILES = {"probe + serving": MACHINE_PROFILE, "probe only": "outputs/profiles/machine_probe_only.json"}
@@ -82,6 +82,7 @@ def main() -> None:
             intensity=lambda d: d["point"])).rename(columns={"intensity": "point"})
         if fit == "probe + serving":  # the profile the tables' main columns come from
             cond_line = sim_conditions_line(cfgs[0])
+            drift = drift_table(res.runs, errors)
     steps = res.steps.assign(point=res.steps["run"].map(lambda i: labels[i]))
     step_err = step_errors(steps)
     paired["probe + serving"][["point", "metric", "median_rel_error", "p90_rel_error", "n"]].to_csv(
@@ -94,12 +95,13 @@ def main() -> None:
     pd.concat(runs).to_csv(out / "runs.csv", index=False, float_format="%.6g")
     res.requests.drop(columns=["gaps_s"]).to_csv(out / "requests_measured.csv", index=False, float_format="%.6g")
     step_err.to_csv(out / "step_error.csv", index=False, float_format="%.4g")
+    drift.to_csv(out / "drift.csv", index=False, float_format="%.4g")
     lines = {"measured": res.conditions[0], "simulated": cond_line}
     (out / "conditions.json").write_text(json.dumps(lines, indent=2) + "\n")
     figures.fidelity(table[~table["point"].str.startswith("azure")], out / "fidelity.png")
     write_json(out / "metrics.json", metrics(paired["probe + serving"], table))
     (OUTPUTS / "tables").mkdir(exist_ok=True)
-    md = markdown(p, paired, floor, table, step_err, lines)
+    md = markdown(p, paired, floor, table, step_err, drift, lines)
     (OUTPUTS / "tables" / "fidelity.md").write_text(md)
     print(md)
 
@@ -127,7 +129,7 @@ def metrics(paired: pd.DataFrame, table: pd.DataFrame) -> dict:
             "percentile_rows_meeting_goal": round(float(table["met"].mean()), 4)}
 
 
-def markdown(p, paired, floor, table, step_err, lines) -> str:
+def markdown(p, paired, floor, table, step_err, drift, lines) -> str:
     after, before = paired["probe + serving"], paired["probe only"]
     pb = after.merge(before, on=["point", "metric"], suffixes=("", " (probe only)"))
     pb = pb.merge(floor[["point", "metric", "median_rel_error"]].rename(
@@ -153,6 +155,11 @@ def markdown(p, paired, floor, table, step_err, lines) -> str:
         .to_markdown(index=False, floatfmt=".4g"), "",
         "Measured / predicted step time on every measured step, by step kind and fit:", "",
         step_err.to_markdown(index=False, floatfmt=".3f"), "",
+        "Per measured repeat (in the order they ran: every point once, then again): its steps' median "
+        "measured / predicted time beside the simulation's median signed error against that repeat. "
+        "Correlation of the two over all repeats: TTFT "
+        f"{drift_correlation(drift, 'ttft'):.2f}, TPOT {drift_correlation(drift, 'tpot'):.2f}.", "",
+        drift.to_markdown(index=False, floatfmt=".3f"), "",
         f"Measured: {lines['measured']}.", "", f"Simulated: {lines['simulated']}.", "",
     ])
 

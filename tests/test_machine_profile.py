@@ -165,3 +165,16 @@ def test_the_noise_floor_pairs_each_measured_repeat_with_the_others():
     # ttft, both orders: 0.1, 1.0 (repeat 1 against 0), 1/11, 0.5 (0 against 1)
     assert floor.loc["ttft", "n"] == 4 and floor.loc["ttft", "median_rel_error"] == pytest.approx(0.3)
     assert floor.loc["e2e", "median_rel_error"] == 0 and floor.loc["tpot", "n"] == 2
+
+
+def test_the_drift_table_sets_each_repeats_step_ratio_beside_its_signed_error():
+    from chunklab.report.fidelity import drift_correlation, drift_table
+
+    runs = pd.DataFrame({"point": ["p", "p", "q", "q"], "repeat": [0, 1, 0, 1],
+                         "step_time_vs_predicted_p50": [1.0, 1.2, 1.05, 1.3]})
+    errors = pd.DataFrame({"point": ["p", "p", "p", "q", "q", "q"], "repeat": [0, 0, 1, 0, 1, 1],
+                           "metric": "ttft", "signed_error": [0.0, -0.02, -0.2, -0.05, -0.3, -0.4]})
+    drift = drift_table(runs, errors).set_index(["point", "repeat"])
+    assert drift.loc[("p", 0), "median_signed_error_ttft"] == pytest.approx(-0.01)
+    assert drift.loc[("q", 1), "median_signed_error_ttft"] == pytest.approx(-0.35)
+    assert drift_correlation(drift.reset_index()) < -0.9  # slower steps, more optimistic simulation

@@ -43,7 +43,7 @@ EXPECTED = [
     *[f"outputs/profiles/{f}" for f in ("machine.json", "machine_probe_only.json", "machine_shapes.csv",
                                         "machine_serving_steps.csv")],
     *[f"outputs/fidelity/{f}" for f in ("fidelity.csv", "paired.csv", "paired_before_after.csv", "fidelity.png",
-                                        "requests_measured.csv", "step_error.csv")], "outputs/tables/fidelity.md",
+                                        "requests_measured.csv", "step_error.csv", "drift.csv")], "outputs/tables/fidelity.md",
     "outputs/prefill_split.csv", "outputs/prefill_split_conditions.json",
     "outputs/token_budget/runs.csv", "outputs/token_budget/requests.csv", "outputs/token_budget/tokens.csv",
     *[f"outputs/tables/{t}.{ext}" for t in ("prefill_split", "token_budget_small", "token_budget_large",

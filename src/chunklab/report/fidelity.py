@@ -82,3 +82,22 @@ def repeat_floor(real: pd.DataFrame) -> pd.DataFrame:
         for r2, b in real[(real["point"] == point) & (real["repeat"] != r1)].groupby("repeat"):
             frames.append(paired_errors(a, b.drop(columns=["repeat"]).assign(point=point)))
     return paired_table(pd.concat(frames, ignore_index=True)) if frames else pd.DataFrame()
+
+
+def drift_table(runs: pd.DataFrame, errors: pd.DataFrame) -> pd.DataFrame:
+    """Per measured repeat of each point: how much slower its steps ran than the profile predicts
+    (step_time_vs_predicted_p50) beside the median signed per-request error of the simulation
+    against that repeat. runs: the measured runs (`point`, `repeat`, step_time_vs_predicted_p50);
+    errors: paired_errors. When the error follows the step ratio repeat by repeat, what the
+    simulation misses is the machine's speed at the time, not the scheduler's decisions."""
+    signed = (errors.groupby(["point", "repeat", "metric"], sort=False)["signed_error"].median()
+              .unstack("metric").add_prefix("median_signed_error_").reset_index())
+    steps = runs[["point", "repeat", "step_time_vs_predicted_p50"]]
+    return steps.merge(signed, on=["point", "repeat"], how="left").sort_values(["repeat", "point"], kind="stable")
+
+
+def drift_correlation(drift: pd.DataFrame, metric: str = "ttft") -> float:
+    """Pearson correlation, over the repeats of every point, of the step ratio and the signed error."""
+    col = f"median_signed_error_{metric}"
+    both = drift[["step_time_vs_predicted_p50", col]].dropna()
+    return float(both.corr().iloc[0, 1]) if len(both) > 2 else float("nan")
