@@ -48,7 +48,8 @@ def points(p: dict) -> list[tuple[str, dict]]:
 
 
 def main() -> None:
-    from chunklab.experiments.sweep import run_grid  # torch: this stage measures
+    from chunklab.calibration.sentinel import SpeedSentinel  # torch: this stage measures
+    from chunklab.experiments.sweep import run_grid
 
     p = params("fidelity")
     out = OUTPUTS / "fidelity"
@@ -57,7 +58,14 @@ def main() -> None:
             f"engine.profile={PROFILES['probe + serving']}", *p["overrides"]]
     pts = points(p)
     order = [(r, label, pt) for r in range(p["repeats"]) for label, pt in pts]  # repeats outermost: drift hits all
-    res = run_grid("fidelity", base, [pt for _, _, pt in order], RUNS, keep_steps=True)
+    sentinel = SpeedSentinel.for_run(compose_run_config(base))
+    readings = []
+    read = lambda i: readings.append(sentinel.read()) or {"sentinel_before": readings[-1].ratio}  # noqa: E731
+    res = run_grid("fidelity", base, [pt for _, _, pt in order], RUNS, keep_steps=True, before_each=read)
+    read(len(order))  # after the last run
+    # each run's speed: the geometric mean of the sentinels read just before and just after it
+    res.runs["sentinel_after"] = [r.ratio for r in readings[1:]]
+    res.runs["sentinel_ratio"] = [float(np.sqrt(a.ratio * b.ratio)) for a, b in zip(readings, readings[1:])]
     labels = [label for _, label, _ in order]
     res.runs.insert(0, "repeat", [r for r, _, _ in order])
     res.runs.insert(0, "point", labels)
@@ -65,24 +73,41 @@ def main() -> None:
     res.requests.insert(0, "point", res.requests["run"].map(lambda i: labels[i]))
     # Simulated at the very rates the measured runs resolved (same seed, same requests).
     rates = res.runs.groupby("point", sort=False)["rate_per_s"].first()
-    sims, paired, tables, runs = {}, {}, {}, [res.runs.assign(executor="torch")]
+    sims, paired, tables, errors, runs = {}, {}, {}, {}, [res.runs.assign(executor="torch")]
     for fit, profile in PROFILES.items():
         sim_base = ["tracking=none", "slowdown=false", f"engine.profile={profile}", *p["overrides"]]
-        cfgs = [compose_run_config(sim_base + [f"{k}={v}" for k, v in pt.items() if k != "workload.load"]
-                                   + ([f"workload.rate_per_s={rates[label]}"] if "workload.load" in pt else []))
-                for label, pt in pts]
+        cfgs = [sim_config(sim_base, pt, rates[label]) for label, pt in pts]
         sims[fit] = simulate_many(cfgs, p["processes"], fn=simulate_requests)
         sim_req = pd.concat([pd.DataFrame(reqs).assign(point=label) for (label, _), (_, reqs) in zip(pts, sims[fit])])
-        errors = paired_errors(res.requests, sim_req)
-        paired[fit] = paired_table(errors)
+        errors[fit] = paired_errors(res.requests, sim_req)
+        paired[fit] = paired_table(errors[fit])
         sim_runs = pd.DataFrame([{"point": label, "budget": pt["scheduler.budget"], "rate_per_s": rates[label]} | summary
                                  for (label, pt), (summary, _) in zip(pts, sims[fit])]).assign(executor="simulated")
         runs.append(sim_runs.assign(fit=fit))
-        tables[fit] = fidelity_table(pd.concat([res.runs.assign(executor="torch"), sim_runs]).assign(
-            intensity=lambda d: d["point"])).rename(columns={"intensity": "point"})
+        tables[fit] = percentile_table(res.runs, sim_runs)
         if fit == "probe + serving":  # the profile the tables' main columns come from
-            cond_line = sim_conditions_line(cfgs[0])
-            drift = drift_table(res.runs, errors)
+            cond_lines = {"simulated": sim_conditions_line(cfgs[0])}
+            # Drift-aware: each measured repeat against a simulation of its own, the profile's
+            # step times scaled by that repeat's sentinel (and, as a check that cannot be a
+            # prediction, by the repeat's own measured / predicted step ratio).
+            for name, column in SCALED.items():
+                scaled = [sim_config(sim_base, pt, rates[label], scale)
+                          for (_, label, pt), scale in zip(order, res.runs[column])]
+                result = simulate_many(scaled, p["processes"], fn=simulate_requests)
+                sim_req = pd.concat([pd.DataFrame(reqs).assign(point=label, repeat=r)
+                                     for (r, label, _), (_, reqs) in zip(order, result)])
+                errors[name] = paired_errors(res.requests, sim_req, per_repeat=True)
+                paired[name] = paired_table(errors[name])
+                scaled_runs = pd.DataFrame([{"point": label, "repeat": r, "budget": pt["scheduler.budget"],
+                                             "rate_per_s": rates[label], "step_time_scale": scale} | summary
+                                            for (r, label, pt), scale, (summary, _)
+                                            in zip(order, res.runs[column], result)]).assign(executor="simulated")
+                runs.append(scaled_runs.assign(fit=f"probe + serving, {name}"))
+                tables[name] = percentile_table(res.runs, scaled_runs.groupby("point", sort=False).median(
+                    numeric_only=True).reset_index().assign(executor="simulated"))
+                cond_lines[f"simulated ({name})"] = sim_conditions_line(scaled[0]) + (
+                    f"; each repeat its own scale ({column}: {res.runs[column].min():.3f}-{res.runs[column].max():.3f})")
+    drift = drift_table(res.runs, {"": errors["probe + serving"]} | {name: errors[name] for name in SCALED})
     steps = res.steps.assign(point=res.steps["run"].map(lambda i: labels[i]))
     step_err = step_errors(steps)
     paired["probe + serving"][["point", "metric", "median_rel_error", "p90_rel_error", "n"]].to_csv(
@@ -92,18 +117,38 @@ def main() -> None:
     both.to_csv(out / "paired_before_after.csv", index=False, float_format="%.4g")
     table = tables["probe + serving"]
     table.to_csv(out / "fidelity.csv", index=False, float_format="%.6g")
+    tables[SENTINEL].to_csv(out / "fidelity_sentinel_scaled.csv", index=False, float_format="%.6g")
     pd.concat(runs).to_csv(out / "runs.csv", index=False, float_format="%.6g")
     res.requests.drop(columns=["gaps_s"]).to_csv(out / "requests_measured.csv", index=False, float_format="%.6g")
     step_err.to_csv(out / "step_error.csv", index=False, float_format="%.4g")
     drift.to_csv(out / "drift.csv", index=False, float_format="%.4g")
-    lines = {"measured": res.conditions[0], "simulated": cond_line}
+    lines = {"measured": res.conditions[0]} | cond_lines
     (out / "conditions.json").write_text(json.dumps(lines, indent=2) + "\n")
     figures.fidelity(table[~table["point"].str.startswith("azure")], out / "fidelity.png")
-    write_json(out / "metrics.json", metrics(paired["probe + serving"], table))
+    write_json(out / "metrics.json", metrics(paired["probe + serving"], table)
+               | {f"{k} ({SENTINEL})": v for k, v in metrics(paired[SENTINEL], tables[SENTINEL]).items()})
     (OUTPUTS / "tables").mkdir(exist_ok=True)
-    md = markdown(p, paired, floor, table, step_err, drift, lines)
+    md = markdown(p, paired, floor, tables, step_err, drift, lines)
     (OUTPUTS / "tables" / "fidelity.md").write_text(md)
     print(md)
+
+
+SENTINEL = "sentinel-scaled"
+# simulation name -> the measured runs' column that scales its step times, repeat by repeat
+SCALED = {SENTINEL: "sentinel_ratio", "own-step-ratio-scaled": "step_time_vs_predicted_p50"}
+
+
+def sim_config(sim_base: list[str], pt: dict, rate_per_s: float, step_time_scale: float = 1.0):
+    """A point's simulated run at the rate its measured runs resolved (not its load: capacity
+    is the profile's, and a scaled profile has another)."""
+    return compose_run_config(sim_base + [f"{k}={v}" for k, v in pt.items() if k != "workload.load"]
+                              + ([f"workload.rate_per_s={rate_per_s}"] if "workload.load" in pt else [])
+                              + ([f"hardware.step_time_scale={step_time_scale}"] if step_time_scale != 1.0 else []))
+
+
+def percentile_table(measured: pd.DataFrame, simulated: pd.DataFrame) -> pd.DataFrame:
+    return fidelity_table(pd.concat([measured.assign(executor="torch"), simulated]).assign(
+        intensity=lambda d: d["point"])).rename(columns={"intensity": "point"})
 
 
 def step_errors(steps: pd.DataFrame) -> pd.DataFrame:
@@ -129,15 +174,21 @@ def metrics(paired: pd.DataFrame, table: pd.DataFrame) -> dict:
             "percentile_rows_meeting_goal": round(float(table["met"].mean()), 4)}
 
 
-def markdown(p, paired, floor, table, step_err, drift, lines) -> str:
-    after, before = paired["probe + serving"], paired["probe only"]
+def markdown(p, paired, floor, tables, step_err, drift, lines) -> str:
+    after, before, scaled = paired["probe + serving"], paired["probe only"], paired[SENTINEL]
     pb = after.merge(before, on=["point", "metric"], suffixes=("", " (probe only)"))
+    pb = pb.merge(scaled[["point", "metric", "median_rel_error", "median_signed_error"]].rename(
+        columns=lambda c: c if c in ("point", "metric") else f"{c} ({SENTINEL})"), on=["point", "metric"])
     pb = pb.merge(floor[["point", "metric", "median_rel_error"]].rename(
         columns={"median_rel_error": "median_rel_error (repeat vs repeat)"}), on=["point", "metric"], how="left")
     pb = pb[["point", "metric", "n", "median_rel_error", "p90_rel_error", "median_signed_error",
-             "median_rel_error (probe only)", "p90_rel_error (probe only)", "median_signed_error (probe only)",
+             "median_rel_error (probe only)", "median_signed_error (probe only)",
+             f"median_rel_error ({SENTINEL})", f"median_signed_error ({SENTINEL})",
              "median_rel_error (repeat vs repeat)"]]
+    table, table_scaled = tables["probe + serving"], tables[SENTINEL]
     at85 = table[table["point"].str.contains("load 0.85")]
+    at85_scaled = table_scaled[table_scaled["point"].str.contains("load 0.85")]
+    corr = lambda metric, ratio: drift_correlation(drift, metric, ratio)  # noqa: E731
     return "\n".join([
         "### Fidelity: simulated against measured", "",
         f"MEASURED points, each {p['repeats']} times (same seed: the machine's noise), against SIMULATED runs of the "
@@ -145,22 +196,33 @@ def markdown(p, paired, floor, table, step_err, drift, lines) -> str:
         "budget 512).", "",
         "Per request, paired by id: |simulated - measured| / measured, pooled over the repeats "
         f"(goal: median <= 5% at load 0.85 and on the trace). Columns \"(probe only)\": the same with the fit "
-        "on probe shapes alone, before serving replays entered the fit. \"(repeat vs repeat)\": the same error "
-        "between two measured repeats of the point, request by request: this machine's noise floor.", "",
+        "on probe shapes alone, before serving replays entered the fit. "
+        f"\"({SENTINEL})\": each measured repeat against a simulation of its own whose every step time is the "
+        "profile's times that repeat's speed sentinel (a short serving replay on the real engine just before "
+        "and just after the repeat, calibration/sentinel.py; never the repeat's own steps). "
+        "\"(repeat vs repeat)\": the same error between two measured repeats of the point, request by request: "
+        "this machine's noise floor.", "",
         pb.to_markdown(index=False, floatfmt=".3f"), "",
         f"Percentiles against the repeats' median (goal met: within its goal, or inside the repeats' min-max): "
         f"{100 * table['met'].mean():.0f}% of {len(table)} rows; at load 0.85, "
-        f"{100 * at85['met'].mean():.0f}% of {len(at85)}.", "",
+        f"{100 * at85['met'].mean():.0f}% of {len(at85)}. {SENTINEL} (each percentile the median of the "
+        f"repeats' own simulations): {100 * table_scaled['met'].mean():.0f}%; at load 0.85, "
+        f"{100 * at85_scaled['met'].mean():.0f}%.", "",
         at85[["point", "metric", "real_median", "real_min", "real_max", "simulated", "rel_error", "goal", "met"]]
-        .to_markdown(index=False, floatfmt=".4g"), "",
+        .merge(at85_scaled[["point", "metric", "simulated", "rel_error", "met"]], on=["point", "metric"],
+               suffixes=("", f" ({SENTINEL})")).to_markdown(index=False, floatfmt=".4g"), "",
         "Measured / predicted step time on every measured step, by step kind and fit:", "",
         step_err.to_markdown(index=False, floatfmt=".3f"), "",
-        "Per measured repeat (in the order they ran: every point once, then again): its steps' median "
-        "measured / predicted time beside the simulation's median signed error against that repeat. "
-        "Correlation of the two over all repeats: TTFT "
-        f"{drift_correlation(drift, 'ttft'):.2f}, TPOT {drift_correlation(drift, 'tpot'):.2f}.", "",
+        "Per measured repeat, in the order they ran (every point once, then again): the speed sentinel around "
+        "it (geometric mean of the readings before and after), its own steps' median measured / predicted time, "
+        "and the median signed per-request error of each simulation against it. The last columns scale the "
+        "simulation by the repeat's own step ratio: not a prediction (it reads the run it is scored on), it shows "
+        "what is left of the error once the machine's speed is known. "
+        f"Correlation with the step ratio: TTFT {corr('ttft', 'step_time_vs_predicted_p50'):.2f}, TPOT "
+        f"{corr('tpot', 'step_time_vs_predicted_p50'):.2f}; with the sentinel: TTFT "
+        f"{corr('ttft', 'sentinel_ratio'):.2f}, TPOT {corr('tpot', 'sentinel_ratio'):.2f}.", "",
         drift.to_markdown(index=False, floatfmt=".3f"), "",
-        f"Measured: {lines['measured']}.", "", f"Simulated: {lines['simulated']}.", "",
+        *[f"{k.capitalize()}: {v}.\n" for k, v in lines.items()],
     ])
 
 

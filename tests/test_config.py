@@ -49,6 +49,7 @@ def test_every_option_composes(group):
     ("engine.linear_library=openblas", "engine.linear_library='openblas'"),
     ("engine.num_blocks=0", "engine.num_blocks=0"),
     ("slo.ttft_s=0", "slo.ttft_s=0.0"),
+    ("hardware.step_time_scale=0", "hardware.step_time_scale=0.0"),
     ("scheduler.budget=lots", "scheduler.budget=lots: Value 'lots' of type 'str' could not be converted to Integer"),
     ("engine.mixed_batch=maybe", "engine.mixed_batch=maybe: Value 'maybe' is not a valid bool"),
     ("workload.num_requests=null", "workload.num_requests=None: null (every row) is only for traces"),

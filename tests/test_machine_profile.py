@@ -170,11 +170,35 @@ def test_the_noise_floor_pairs_each_measured_repeat_with_the_others():
 def test_the_drift_table_sets_each_repeats_step_ratio_beside_its_signed_error():
     from chunklab.report.fidelity import drift_correlation, drift_table
 
-    runs = pd.DataFrame({"point": ["p", "p", "q", "q"], "repeat": [0, 1, 0, 1],
-                         "step_time_vs_predicted_p50": [1.0, 1.2, 1.05, 1.3]})
+    runs = pd.DataFrame({"point": ["q", "p", "q", "p"], "repeat": [0, 0, 1, 1], "sentinel_ratio": [1.0, 1.1, 1.2, 1.3],
+                         "step_time_vs_predicted_p50": [1.05, 1.0, 1.3, 1.2]})  # in the order they ran
     errors = pd.DataFrame({"point": ["p", "p", "p", "q", "q", "q"], "repeat": [0, 0, 1, 0, 1, 1],
                            "metric": "ttft", "signed_error": [0.0, -0.02, -0.2, -0.05, -0.3, -0.4]})
-    drift = drift_table(runs, errors).set_index(["point", "repeat"])
+    scaled = errors.assign(signed_error=errors["signed_error"] / 10)
+    drift = drift_table(runs, {"": errors, "sentinel": scaled})
+    assert list(zip(drift["point"], drift["repeat"])) == [("q", 0), ("p", 0), ("q", 1), ("p", 1)]  # run order kept
+    drift = drift.set_index(["point", "repeat"])
     assert drift.loc[("p", 0), "median_signed_error_ttft"] == pytest.approx(-0.01)
     assert drift.loc[("q", 1), "median_signed_error_ttft"] == pytest.approx(-0.35)
+    assert drift.loc[("q", 1), "median_signed_error_ttft (sentinel)"] == pytest.approx(-0.035)
     assert drift_correlation(drift.reset_index()) < -0.9  # slower steps, more optimistic simulation
+    assert drift_correlation(drift.reset_index(), ratio="sentinel_ratio") < -0.5
+
+
+def test_the_speed_sentinel_reads_the_real_engine_against_the_profile():
+    """Each read replays the same requests on the real engine and returns the median of its steps'
+    measured / predicted seconds: against a profile that predicts a thousand times too much, far
+    under 1; against one a million times too little, far over."""
+    from chunklab.calibration.sentinel import SpeedSentinel
+    from chunklab.engine.cost_model import LinearProfile
+    from chunklab.engine.step_shape import FEATURES
+
+    def sentinel(seconds_per_token):
+        coef = tuple(seconds_per_token if f == "tokens" else 0.0 for f in FEATURES)
+        return SpeedSentinel(MICRO, EngineConfig(compile=False), LinearProfile(coef, "test", {}, {}), num_requests=6)
+
+    slow, fast = sentinel(1.0), sentinel(1e-9)
+    a, b = slow.read(), slow.read()
+    assert a.num_steps > 6 and b.num_steps > 6 and a.duration_s > 0
+    assert a.ratio < 1e-2 and b.ratio < 1e-2
+    assert fast.read().ratio > 1e2

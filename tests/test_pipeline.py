@@ -43,7 +43,8 @@ EXPECTED = [
     *[f"outputs/profiles/{f}" for f in ("machine.json", "machine_probe_only.json", "machine_shapes.csv",
                                         "machine_serving_steps.csv")],
     *[f"outputs/fidelity/{f}" for f in ("fidelity.csv", "paired.csv", "paired_before_after.csv", "fidelity.png",
-                                        "requests_measured.csv", "step_error.csv", "drift.csv")], "outputs/tables/fidelity.md",
+                                        "requests_measured.csv", "step_error.csv", "drift.csv",
+                                        "fidelity_sentinel_scaled.csv")], "outputs/tables/fidelity.md",
     "outputs/prefill_split.csv", "outputs/prefill_split_conditions.json",
     "outputs/token_budget/runs.csv", "outputs/token_budget/requests.csv", "outputs/token_budget/tokens.csv",
     *[f"outputs/tables/{t}.{ext}" for t in ("prefill_split", "token_budget_small", "token_budget_large",
@@ -51,7 +52,8 @@ EXPECTED = [
     *[f"outputs/plots/{p}.png" for p in ("ttft_ecdf", "itl_distribution", "timeline", "prefill_split",
                                          "metrics_vs_budget", "ttft_by_class")],
     "outputs/REPORT.md", "outputs/perf.csv", "outputs/perf_end_to_end.csv", "outputs/tables/perf.md",
-    "outputs/capacity/measured_vs_simulated.csv", "outputs/capacity/probes.csv", "outputs/tables/capacity.md", "outputs/tables/token_budget_seeds.md",
+    "outputs/capacity/measured_vs_simulated.csv", "outputs/capacity/probes.csv", "outputs/capacity/sentinel_scaled.csv",
+    "outputs/tables/capacity.md", "outputs/tables/token_budget_seeds.md",
     "outputs/simulated/tuning/best_ch10_mixed.yaml", "outputs/simulated/tuning/trials.csv",
     "outputs/simulated/capacity/capacity.csv", "outputs/simulated/capacity/probes.csv",
     "outputs/simulated/maps/cells.csv", "outputs/simulated/maps/best_budget.png",
@@ -110,6 +112,9 @@ def test_dvc_repro_smoke(tmp_path):
     assert paired[0] == "point,metric,median_rel_error,p90_rel_error,n" and len(paired) == 1 + 3 * 3
     cap = (repo / "outputs/capacity/measured_vs_simulated.csv").read_text().splitlines()
     assert cap[0] == "budget,measured_req_per_s,simulated_req_per_s,ratio" and len(cap) == 2
+    drift = (repo / "outputs/fidelity/drift.csv").read_text().splitlines()
+    assert drift[0].startswith("point,repeat,sentinel_ratio,step_time_vs_predicted_p50,") and len(drift) == 1 + 2 * 3
+    assert "median_signed_error_ttft (sentinel-scaled)" in drift[0]
     missing = [p for p in EXPECTED if not (repo / p).is_file()]
     assert not missing
     assert "| Budget 16 tokens/step" in (repo / "outputs/tables/token_budget_large.md").read_text()

@@ -117,6 +117,30 @@ def test_simulated_step_time_is_the_profiles_prediction(tmp_path):
     assert all(b.start_s >= a.start_s + a.duration_s - 1e-12 for a, b in zip(steps, steps[1:]))
 
 
+def test_a_scaled_cost_model_is_the_same_run_on_a_slower_clock():
+    """hardware.step_time_scale k at arrival rate r/k is the unscaled run at rate r, every time
+    k times longer: the scheduler meets the same decisions. A scale left out, or applied twice,
+    breaks the equality."""
+    from chunklab.experiments.simulate import simulate_requests
+
+    k = 1.3
+    base, scaled = (sim_config("workload.num_requests=80", "workload.rate_per_s=6.0"),
+                    sim_config("workload.num_requests=80", f"workload.rate_per_s={6.0 / k}",
+                               f"hardware.step_time_scale={k}"))
+    (s1, r1), (s2, r2) = simulate_requests(base), simulate_requests(scaled)
+    assert [r["status"] for r in r1] == [r["status"] for r in r2]
+    for a, b in zip(r1, r2):
+        for key in ("ttft_s", "e2e_s", "tpot_s"):
+            assert b[key] == pytest.approx(k * a[key], rel=1e-9) if a[key] is not None else b[key] is None
+    assert s2["makespan_s"] == pytest.approx(k * s1["makespan_s"], rel=1e-9)
+    from chunklab.engine.cost_model import cost_model_for
+
+    plain, _ = cost_model_for(base, required=True)
+    slower, _ = cost_model_for(scaled, required=True)
+    assert slower.digest != plain.digest and slower.run_conditions()["step_time_scale"] == "1.3"
+    assert "x1.3" in slower.provenance()
+
+
 def test_a_simulated_run_never_imports_torch(tmp_path):
     code = ("import sys; from pathlib import Path; from chunklab.experiments.compose import compose_run_config;"
             "from chunklab.app import run_experiment;"

@@ -164,6 +164,10 @@ class HardwareConfig:
     # weights and activations (vLLM's gpu_memory_utilization)
     runtime_reserved_gb: float = 0.0  # CUDA context and allocator slack outside the pool (assumed)
     efficiency: RooflineEfficiency = field(default_factory=RooflineEfficiency)
+    # Every predicted step's seconds times this: the device running this much slower than its
+    # cost model says (the fidelity stage sets each simulated repeat's from a speed sentinel read
+    # beside the measured one, calibration/sentinel.py). 1: the cost model as it is.
+    step_time_scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -226,6 +230,7 @@ def validate(cfg: RunConfig) -> None:
 def _validate_hardware(cfg: RunConfig) -> None:
     h, e = cfg.hardware, cfg.engine
     _one_of("hardware.cost_model", h.cost_model, ("profile", "roofline"))
+    _check(h.step_time_scale > 0, "hardware.step_time_scale", h.step_time_scale, "must be > 0")
     if h.cost_model == "roofline":
         _check(cfg.model.dtype in h.peak_dense_tflops, "model.dtype", cfg.model.dtype,
                f"hardware={h.name} has no peak for it (has {', '.join(h.peak_dense_tflops) or 'none'})")

@@ -61,12 +61,42 @@ class CostModel(Protocol):
 
 
 def cost_model_for(cfg: RunConfig, required: bool) -> tuple[CostModel | None, str]:
-    """The run's cost model (hardware.cost_model), else None and why (required: a ConfigError)."""
+    """The run's cost model (hardware.cost_model, scaled by hardware.step_time_scale), else None
+    and why (required: a ConfigError)."""
     if cfg.hardware.cost_model == "roofline":
         from chunklab.engine.roofline import RooflineCostModel
 
-        return RooflineCostModel.build(cfg), ""
-    return load_cost_model(cfg.model, cfg.engine, required)
+        base, why = RooflineCostModel.build(cfg), ""
+    else:
+        base, why = load_cost_model(cfg.model, cfg.engine, required)
+    scale = cfg.hardware.step_time_scale
+    return (ScaledCostModel(base, scale) if base is not None and scale != 1.0 else base), why
+
+
+@dataclass(frozen=True)
+class ScaledCostModel:
+    """Another cost model's predictions times a factor: the same device running slower (or
+    faster) than it did when the model was made. Its digest, tags, conditions and provenance
+    carry the factor, so a scaled run is never mistaken for one of the model as it is."""
+    base: CostModel
+    step_time_scale: float
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(f"{self.base.digest} x{self.step_time_scale!r}".encode()).hexdigest()[:12]
+
+    def predict_features(self, features: list[float]) -> float:
+        return self.step_time_scale * self.base.predict_features(features)
+
+    def tags(self) -> dict[str, str]:
+        return self.base.tags() | {"cost_model.step_time_scale": f"{self.step_time_scale:.4g}"}
+
+    def run_conditions(self) -> dict[str, str]:
+        return self.base.run_conditions() | {"step_time_scale": f"{self.step_time_scale:.4g}",
+                                             "cost_model": self.provenance()}
+
+    def provenance(self) -> str:
+        return f"{self.base.provenance()}, every step's prediction x{self.step_time_scale:.4g}"
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,9 @@ class RooflineCostModel:
         if not cfg.engine.mixed_batch:
             raise ConfigError("engine.mixed_batch=False: the roofline cost model prices one forward pass a step "
                               f"(hardware={cfg.hardware.name}); use engine.mixed_batch=true")
-        doc = {"model": asdict(cfg.model), "hardware": asdict(cfg.hardware)}
+        # the scale is a wrapper with its own digest (cost_model.ScaledCostModel), not the roofline's
+        hardware = {k: v for k, v in asdict(cfg.hardware).items() if k != "step_time_scale"}
+        doc = {"model": asdict(cfg.model), "hardware": hardware}
         digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
         return cls(cfg.model, cfg.hardware, digest)
 

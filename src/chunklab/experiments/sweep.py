@@ -31,15 +31,18 @@ def grid(axes: dict[str, list]) -> list[dict]:
 
 
 def run_grid(name: str, base: list[str], points: list[dict], run_root: Path,
-             keep_tokens=lambda point: False, keep_steps: bool = False) -> SweepResult:
+             keep_tokens=lambda point: False, keep_steps: bool = False, before_each=None) -> SweepResult:
+    """before_each(i): called just before run i; the dict it returns joins that run's row (the
+    fidelity stage reads a speed sentinel there)."""
     rows, requests, tokens, conds, steps = [], [], [], [], []
     for i, point in enumerate(points):
         overrides = base + [f"{k}={v}" for k, v in point.items()]
         cfg = compose_run_config(overrides)
         key = {k.split(".")[-1]: v for k, v in point.items()}
+        before = before_each(i) if before_each else {}
         out = run_tracked(cfg, run_root / f"{name}-{i}", {"sweep": name, "overrides": " ".join(overrides)},
                           " ".join(f"{k}={v}" for k, v in key.items()))
-        rows.append(key | {"rate_per_s": cfg.workload.rate_per_s} | out.summary)
+        rows.append(key | {"rate_per_s": cfg.workload.rate_per_s} | before | out.summary)
         requests.append(pd.DataFrame([{"run": i} | key | _request_row(r) for r in out.records]))
         if keep_tokens(point):
             tokens.append(pd.DataFrame([key | {"request_id": s.seq_id, "label": s.request.label,

@@ -48,13 +48,15 @@ PAIRED_METRICS = ("ttft_s", "e2e_s", "tpot_s")
 PAIRED_GOAL = 0.05  # median |sim - real| / real per request (issue 18: beat Vidur's 9% at P95)
 
 
-def paired_errors(real: pd.DataFrame, sim: pd.DataFrame) -> pd.DataFrame:
+def paired_errors(real: pd.DataFrame, sim: pd.DataFrame, per_repeat: bool = False) -> pd.DataFrame:
     """Per request: |sim - real| / real for PAIRED_METRICS. real: requests of the measured runs
     (`point`, `repeat`, `request_id`, metrics); sim: the simulated run of each point (`point`,
-    `request_id`, metrics). The simulator runs our scheduler, so request i meets the same
-    decisions in both and the pairs are meaningful. Requests without a value on either side
-    (rejected, one output token for TPOT) are left out of that metric."""
-    both = real.merge(sim, on=["point", "request_id"], suffixes=("_real", "_sim"), validate="many_to_one")
+    `request_id`, metrics), or with per_repeat one simulated run per measured repeat (`repeat`
+    too: each scaled by its own sentinel). The simulator runs our scheduler, so request i meets
+    the same decisions in both and the pairs are meaningful. Requests without a value on either
+    side (rejected, one output token for TPOT) are left out of that metric."""
+    keys = ["point", "repeat", "request_id"] if per_repeat else ["point", "request_id"]
+    both = real.merge(sim, on=keys, suffixes=("_real", "_sim"), validate="one_to_one" if per_repeat else "many_to_one")
     rows = []
     for metric in PAIRED_METRICS:
         r, s = both[f"{metric}_real"], both[f"{metric}_sim"]
@@ -84,20 +86,25 @@ def repeat_floor(real: pd.DataFrame) -> pd.DataFrame:
     return paired_table(pd.concat(frames, ignore_index=True)) if frames else pd.DataFrame()
 
 
-def drift_table(runs: pd.DataFrame, errors: pd.DataFrame) -> pd.DataFrame:
-    """Per measured repeat of each point: how much slower its steps ran than the profile predicts
-    (step_time_vs_predicted_p50) beside the median signed per-request error of the simulation
-    against that repeat. runs: the measured runs (`point`, `repeat`, step_time_vs_predicted_p50);
-    errors: paired_errors. When the error follows the step ratio repeat by repeat, what the
-    simulation misses is the machine's speed at the time, not the scheduler's decisions."""
-    signed = (errors.groupby(["point", "repeat", "metric"], sort=False)["signed_error"].median()
-              .unstack("metric").add_prefix("median_signed_error_").reset_index())
-    steps = runs[["point", "repeat", "step_time_vs_predicted_p50"]]
-    return steps.merge(signed, on=["point", "repeat"], how="left").sort_values(["repeat", "point"], kind="stable")
+def drift_table(runs: pd.DataFrame, errors: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per measured repeat of each point, in the order the runs ran: how much slower its steps
+    ran than the profile predicts (step_time_vs_predicted_p50; and sentinel_ratio, the speed
+    sentinel read around it, where the runs have one) beside the median signed per-request error
+    of each simulation against that repeat. runs: the measured runs (`point`, `repeat`, ...);
+    errors: paired_errors by simulation name ("" for the simulation as it is: its columns have no
+    suffix). When the error follows the step ratio repeat by repeat, what the simulation misses
+    is the machine's speed at the time, not the scheduler's decisions."""
+    out = runs[["point", "repeat"] + [c for c in ("sentinel_ratio", "step_time_vs_predicted_p50") if c in runs]]
+    for name, err in errors.items():
+        signed = (err.groupby(["point", "repeat", "metric"], sort=False)["signed_error"].median()
+                  .unstack("metric").add_prefix("median_signed_error_").reset_index())
+        signed.columns = [c if c in ("point", "repeat") or not name else f"{c} ({name})" for c in signed.columns]
+        out = out.merge(signed, on=["point", "repeat"], how="left")
+    return out.reset_index(drop=True)
 
 
-def drift_correlation(drift: pd.DataFrame, metric: str = "ttft") -> float:
-    """Pearson correlation, over the repeats of every point, of the step ratio and the signed error."""
+def drift_correlation(drift: pd.DataFrame, metric: str = "ttft", ratio: str = "step_time_vs_predicted_p50") -> float:
+    """Pearson correlation, over the repeats of every point, of a speed ratio and the signed error."""
     col = f"median_signed_error_{metric}"
-    both = drift[["step_time_vs_predicted_p50", col]].dropna()
+    both = drift[[ratio, col]].dropna()
     return float(both.corr().iloc[0, 1]) if len(both) > 2 else float("nan")
