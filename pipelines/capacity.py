@@ -6,7 +6,7 @@ the SLO. Simulated: bisection to sim_rel_tol (exact, seconds). Measured: bisecti
 bracket around the simulated figure (widened by `widen` steps until it holds) to rel_tol; each
 probe is one real run of num_requests requests, long enough to build a queue.
 
-A speed sentinel (calibration/sentinel.py) is read before every measured probe and after the
+A speed sentinel (experiments/sentinel.py) is read before every measured probe and after the
 last; the simulated search runs again with every step scaled by their geometric mean.
 
 Writes outputs/capacity/ (measured_vs_simulated.csv, sentinel_scaled.csv, probes.csv) and
@@ -25,7 +25,7 @@ PROBE_KEYS = ("slo_attainment", "goodput_req_per_s", "ttft_p50_s", "ttft_p99_s",
 
 
 def main() -> None:
-    from chunklab.calibration.sentinel import SpeedSentinel, geometric_mean  # torch: this stage measures
+    from chunklab.experiments.sentinel import SpeedSentinel, geometric_mean  # torch: this stage measures
     from chunklab.experiments.sweep import run_grid
 
     p = params("capacity")
@@ -37,7 +37,7 @@ def main() -> None:
                           (2.0, 16.0), p["sim_rel_tol"])
     conditions = []
     sentinel = SpeedSentinel.for_run(compose_run_config(base))
-    readings = [sentinel.read().ratio]  # before every probe and after the last (calibration/sentinel.py)
+    readings = [sentinel.read().ratio]  # before every probe and after the last (experiments/sentinel.py)
 
     def measure(rate: float) -> dict:
         res = run_grid("capacity", base + ["tracking.progress=false", "tracking.experiment_name=dvc_capacity"],

@@ -48,7 +48,7 @@ def points(p: dict) -> list[tuple[str, dict]]:
 
 
 def main() -> None:
-    from chunklab.calibration.sentinel import SpeedSentinel  # torch: this stage measures
+    from chunklab.experiments.sentinel import SpeedSentinel  # torch: this stage measures
     from chunklab.experiments.sweep import run_grid
 
     p = params("fidelity")
@@ -199,7 +199,7 @@ def markdown(p, paired, floor, tables, step_err, drift, lines) -> str:
         "on probe shapes alone, before serving replays entered the fit. "
         f"\"({SENTINEL})\": each measured repeat against a simulation of its own whose every step time is the "
         "profile's times that repeat's speed sentinel (a short serving replay on the real engine just before "
-        "and just after the repeat, calibration/sentinel.py; never the repeat's own steps). "
+        "and just after the repeat, experiments/sentinel.py; never the repeat's own steps). "
         "\"(repeat vs repeat)\": the same error between two measured repeats of the point, request by request: "
         "this machine's noise floor.", "",
         pb.to_markdown(index=False, floatfmt=".3f"), "",

@@ -189,7 +189,7 @@ def test_the_speed_sentinel_reads_the_real_engine_against_the_profile():
     """Each read replays the same requests on the real engine and returns the median of its steps'
     measured / predicted seconds: against a profile that predicts a thousand times too much, far
     under 1; against one a million times too little, far over."""
-    from chunklab.calibration.sentinel import SpeedSentinel
+    from chunklab.experiments.sentinel import SpeedSentinel
     from chunklab.engine.cost_model import LinearProfile
     from chunklab.engine.step_shape import FEATURES
 

@@ -166,7 +166,7 @@ class HardwareConfig:
     efficiency: RooflineEfficiency = field(default_factory=RooflineEfficiency)
     # Every predicted step's seconds times this: the device running this much slower than its
     # cost model says (the fidelity stage sets each simulated repeat's from a speed sentinel read
-    # beside the measured one, calibration/sentinel.py). 1: the cost model as it is.
+    # beside the measured one, experiments/sentinel.py). 1: the cost model as it is.
     step_time_scale: float = 1.0
 
 
