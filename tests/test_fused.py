@@ -38,8 +38,8 @@ def _slots(table_row, start, end):
     return table_row.long()[pos // BLOCK] * BLOCK + pos % BLOCK
 
 
-# Both GEMM libraries the fused forward can route its linear layers through (model/linear_library.py).
-LIBRARIES = pytest.mark.parametrize("library", ["mkl", "onednn"])
+# Every GEMM library the fused forward can route its linear layers through (model/linear_library.py).
+LIBRARIES = pytest.mark.parametrize("library", ["mkl", "onednn", "panels"])
 
 
 @LIBRARIES
@@ -114,7 +114,7 @@ def test_onednn_rows_are_bounded_buckets():
 
 def test_runner_reports_its_path(caplog):
     f32 = dataclasses.replace(MICRO, dtype="float32")
-    for library in ("mkl", "onednn"):  # the GEMM library is part of the path's name (and so of a fingerprint)
+    for library in ("mkl", "onednn", "panels"):  # the GEMM library is part of the path's name (and so of a fingerprint)
         runner = ModelRunner(f32, EngineConfig(num_blocks=8, linear_library=library))
         assert runner.forward_path == f"fused (linear {library})"
         assert runner.fused.linear_plan == LinearPlan.single(library)

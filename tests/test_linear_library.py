@@ -13,9 +13,12 @@ from helpers import MICRO
 F32 = dataclasses.replace(MICRO, dtype="float32")
 
 
-def ratios(**by_rows):
-    """A probe result: rows -> oneDNN time over MKL time."""
-    return {int(r[1:]): {"onednn_over_mkl": v, "mkl_s": 1.0, "onednn_s": v} for r, v in by_rows.items()}
+def ratios(panels=None, **by_rows):
+    """A probe result: rows -> oneDNN time over MKL time (and panel_linear's, rows -> ratio, where given)."""
+    out = {int(r[1:]): {"onednn_over_mkl": v, "mkl_s": 1.0, "onednn_s": v} for r, v in by_rows.items()}
+    for r, v in (panels or {}).items():
+        out[r] |= {"panels_over_mkl": v, "panels_s": v}
+    return out
 
 
 def test_a_plan_sends_each_batch_size_to_its_rung():
@@ -34,6 +37,10 @@ def test_a_plan_sends_each_batch_size_to_its_rung():
     ("onednn everywhere", ratios(r1=0.9, r8=0.7, r64=0.8, r1024=0.5), "onednn"),
     # a tie inside the margin stays with MKL, the incumbent: noise cannot flip it
     ("tie", ratios(r1=0.99, r8=0.98, r64=1.0, r1024=0.985), "mkl"),
+    # the streaming kernel where it beats both at decode sizes (the AMD VM), the faster challenger per rung
+    ("panels at decode sizes", ratios(panels={1: 0.4, 8: 0.5, 64: 0.9}, r1=1.6, r8=0.7, r64=0.8, r1024=0.5),
+     "panels<64, onednn>=64"),
+    ("panels, not past a tie", ratios(panels={1: 0.98, 8: 1.5}, r1=1.2, r8=1.1, r1024=1.0), "mkl"),
 ])
 def test_the_probe_picks_the_faster_library(machine, probe, plan):
     assert plan_from_ratios(probe).describe() == plan, machine
@@ -46,10 +53,13 @@ def test_the_probe_measures_both_libraries_and_is_cached(tmp_path, monkeypatch):
     (written,) = tmp_path.glob("*-t1-*.json")
     record = json.loads(written.read_text())
     assert record["plan"] == plan.describe() and record["threads"] == 1
-    for r in ll.PROBE_ROWS:  # both libraries really timed at every rung; the plan follows what was measured
+    for r in ll.PROBE_ROWS:  # every candidate really timed at every rung; the plan follows what was measured
         t = record["probe"][str(r)]
-        assert t["mkl_s"] > 0 and t["onednn_s"] > 0
-        assert plan.library_for(r) == ("onednn" if t["onednn_over_mkl"] < 1 - ll.MARGIN else "mkl")
+        libs = ll.candidates(r)
+        assert all(t[f"{lib}_s"] > 0 for lib in libs) and ("panels" in libs) == (r <= ll.PANEL_MAX_ROWS)
+        over = {lib: t[f"{lib}_over_mkl"] for lib in libs[1:]}
+        best = min(over, key=over.get)
+        assert plan.library_for(r) == (best if over[best] < 1 - ll.MARGIN else "mkl")
     ll.probed_plan.cache_clear()
     monkeypatch.setattr(ll, "probe_ratios", lambda *a, **k: pytest.fail("probed again despite the cache"))
     assert ll.probed_plan(F32, 1) == plan  # a later process reads the machine's choice
@@ -64,4 +74,7 @@ def test_auto_runs_the_probed_plan_and_names_it(tmp_path, monkeypatch):
     runner = ModelRunner(F32, EngineConfig(num_blocks=8, threads=1))
     assert runner.fused.linear_plan == forced and runner.forward_path == "fused (linear mkl<4, onednn>=4)"
     assert len(runner.fused.packed) == 4 * F32.num_layers  # prepacked once, at build
+    assert runner.fused.panels == []  # a library the plan does not use is not packed for
     assert ModelRunner(F32, EngineConfig(num_blocks=8, linear_library="mkl")).fused.packed == []
+    panels = ModelRunner(F32, EngineConfig(num_blocks=8, linear_library="panels")).fused
+    assert len(panels.panels) == 4 * F32.num_layers and panels.packed == []

@@ -61,8 +61,9 @@ class EngineConfig:
     # true: each forward is one call into the fused C++ kernels (model/csrc; float32 on CPU);
     # false: eager PyTorch ops, for debugging and wherever the C++ build cannot run.
     compile: bool = True
-    # The fused forward's fp32 GEMMs: mkl (at::mm) | onednn (prepacked) | auto: per batch size,
-    # whichever this machine runs faster, probed once and cached (model/linear_library.py).
+    # The fused forward's fp32 GEMMs: mkl (at::mm) | onednn (prepacked) | panels (the project's
+    # streaming kernel for decode batch sizes) | auto: per batch size, whichever this machine
+    # runs faster, probed once and cached (model/linear_library.py).
     linear_library: str = "auto"
     block_size: int = 16  # tokens per KV block
     num_blocks: int = 1024  # KV blocks in the pool; 0: sized from the hardware's memory (engine/kv_pool.py)
@@ -208,7 +209,7 @@ def validate(cfg: RunConfig) -> None:
     _one_of("engine.executor", e.executor, ("torch", "simulated"))
     _one_of("engine.device", e.device, ("cpu", "cuda"))
     _one_of("engine.clock", e.clock, ("replay", "wall"))
-    _one_of("engine.linear_library", e.linear_library, ("auto", "mkl", "onednn"))
+    _one_of("engine.linear_library", e.linear_library, ("auto", "mkl", "onednn", "panels"))
     _check(e.threads >= 0, "engine.threads", e.threads, "must be >= 0")
     _check(e.block_size >= 1, "engine.block_size", e.block_size, "must be >= 1")
     _check(e.num_blocks >= 0, "engine.num_blocks", e.num_blocks, "must be >= 1, or 0 (sized from hardware memory)")

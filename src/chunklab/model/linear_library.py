@@ -4,15 +4,19 @@ The x86 CPU wheel of torch has two: MKL (ATen's at::mm) and oneDNN (torch's mkld
 linear, weights prepacked once). Which is faster depends on the CPU and on the
 number of rows: on one AMD EPYC VM oneDNN was ~10% faster from 3 to 512 rows and
 ~1.8x slower at one row; the issue that asked for this saw it 2x faster at 1536
-rows on another. So the choice is measured, not assumed: a short probe (~3 s)
-times both on this model's own linear layers at a ladder of row counts, and the
-plan keeps, per rung, the library that won. MKL is the incumbent: oneDNN must win
-by `MARGIN` (median of paired timings) to take a rung, so noise cannot flip a tie.
+rows on another. A third is the project's own: panel_linear (csrc/panel_linear.cpp),
+a streaming kernel for decode batch sizes, where a linear layer is a read of its
+weight and both libraries read it at a fraction of the machine's memory rate. So
+the choice is measured, not assumed: a short probe (~5 s) times them on this
+model's own linear layers at a ladder of row counts (panels up to PANEL_MAX_ROWS),
+and the plan keeps, per rung, the library that won. MKL is the incumbent: a
+challenger must win by `MARGIN` (median of ratios of adjacent timings) to take a
+rung, so noise cannot flip a tie.
 
-The probe runs once per machine, model shape and thread count; its result is cached
-under .cache/linear_library/ so every later process (and the profile fingerprint,
-which names the plan) sees the same choice. engine.linear_library=mkl|onednn forces
-one library at every size.
+The probe runs once per machine, model shape, thread count and candidate set; its
+result is cached under .cache/linear_library/ so every later process (and the
+profile fingerprint, which names the plan) sees the same choice.
+engine.linear_library=mkl|onednn|panels forces one library at every size.
 """
 from __future__ import annotations
 
@@ -29,9 +33,10 @@ import torch
 from chunklab.config import ModelConfig
 from chunklab.paths import in_project
 
-LIBRARIES = ("mkl", "onednn")
+LIBRARIES = ("mkl", "onednn", "panels")  # the order of fused_forward.cpp's Library enum
 PROBE_ROWS = (1, 2, 4, 8, 16, 64, 256, 1024)  # rung r covers steps of r rows up to the next rung
-MARGIN = 0.03  # oneDNN takes a rung only when at least 3% faster there
+PANEL_MAX_ROWS = 64  # panel_linear takes 4 rows a pass: past decode sizes it is a candidate no more
+MARGIN = 0.03  # a challenger takes a rung only when at least 3% faster there than MKL
 
 
 @dataclass(frozen=True)
@@ -89,39 +94,56 @@ def onednn_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
 
 
-def _layer_seconds(library: str, xs: list[torch.Tensor], weights: list[torch.Tensor]) -> float:
+def candidates(rows: int) -> tuple[str, ...]:
+    """The libraries the probe times at `rows` rows; MKL first (the incumbent)."""
+    return LIBRARIES if rows <= PANEL_MAX_ROWS else tuple(lib for lib in LIBRARIES if lib != "panels")
+
+
+def _layer_seconds(run, xs: list[torch.Tensor], weights: list[torch.Tensor], outs: list[int]) -> float:
     t0 = time.perf_counter()
-    for x, w in zip(xs, weights):
-        torch.mm(x, w) if library == "mkl" else onednn_linear(x, w)
+    for x, w, n in zip(xs, weights, outs):
+        run(x, w, n)
     return time.perf_counter() - t0
 
 
 def probe_ratios(m: ModelConfig, rows: tuple[int, ...] = PROBE_ROWS, repeats: int = 21) -> dict[int, dict[str, float]]:
-    """Per row count: the median over `repeats` of oneDNN's time over MKL's for one layer's linear
-    layers, each pair timed back to back, and each library's median seconds. A ratio of adjacent
-    timings survives what a shared VM does to both (swings of 2x in a minute were seen here)."""
+    """Per row count: per challenger, the median over `repeats` rounds of its time over MKL's for
+    one layer's linear layers (every candidate timed back to back in each round, the order
+    rotating), and each candidate's median seconds. A ratio of adjacent timings survives what a
+    shared VM does to both (swings of 2x in a minute were seen here)."""
+    from chunklab.model.native import load_extension  # panel_linear is the fused build's
+
+    ext = load_extension()
     gen = torch.Generator().manual_seed(0)
     shapes = linear_shapes(m)
     plain = [torch.randn(k, n, generator=gen) for k, n in shapes]
-    packed = [pack(w) for w in plain]
+    weights = {"mkl": plain, "onednn": [pack(w) for w in plain], "panels": [ext.pack_panels(w) for w in plain]}
+    run = {"mkl": lambda x, w, n: torch.mm(x, w), "onednn": lambda x, w, n: onednn_linear(x, w),
+           "panels": ext.panel_linear}
+    outs = [n for _, n in shapes]
     out: dict[int, dict[str, float]] = {}
     with torch.inference_mode():
         for r in rows:
+            libs = candidates(r)
             xs = [torch.randn(r, k, generator=gen) for k, _ in shapes]
-            pairs = []
+            rounds = []
             for i in range(repeats + 2):
-                order = (("mkl", plain), ("onednn", packed)) if i % 2 else (("onednn", packed), ("mkl", plain))
-                t = {lib: _layer_seconds(lib, xs, ws) for lib, ws in order}
+                order = libs[i % len(libs):] + libs[:i % len(libs)]
+                t = {lib: _layer_seconds(run[lib], xs, weights[lib], outs) for lib in order}
                 if i >= 2:  # two warm-up rounds
-                    pairs.append(t)
-            out[r] = {"onednn_over_mkl": statistics.median(t["onednn"] / t["mkl"] for t in pairs),
-                      **{f"{lib}_s": statistics.median(t[lib] for t in pairs) for lib in LIBRARIES}}
+                    rounds.append(t)
+            out[r] = {**{f"{lib}_over_mkl": statistics.median(t[lib] / t["mkl"] for t in rounds) for lib in libs[1:]},
+                      **{f"{lib}_s": statistics.median(t[lib] for t in rounds) for lib in libs}}
     return out
 
 
 def plan_from_ratios(ratios: dict[int, dict[str, float]], margin: float = MARGIN) -> LinearPlan:
-    """Per rung, oneDNN where its median time was under (1 - margin) of MKL's, else MKL."""
-    rungs = [(r, "onednn" if t["onednn_over_mkl"] < 1 - margin else "mkl") for r, t in sorted(ratios.items())]
+    """Per rung, the fastest challenger where its median time was under (1 - margin) of MKL's, else MKL."""
+    rungs = []
+    for r, t in sorted(ratios.items()):
+        over = {key.removesuffix("_over_mkl"): v for key, v in t.items() if key.endswith("_over_mkl")}
+        best = min(over, key=over.get, default=None)
+        rungs.append((r, best if best is not None and over[best] < 1 - margin else "mkl"))
     rungs[0] = (1, rungs[0][1])  # the lowest rung covers every smaller batch
     return LinearPlan(tuple(rungs))
 
@@ -131,7 +153,7 @@ def _cache_path(m: ModelConfig, threads: int) -> Path:
 
     shape = "x".join(f"{k}-{n}" for k, n in linear_shapes(m))
     root = in_project(os.environ.get("CHUNKLAB_LINEAR_CACHE", Path(".cache") / "linear_library"))
-    return root / f"{build_directory().name}-t{threads}-{shape}.json"
+    return root / f"{build_directory().name}-t{threads}-{shape}-{'+'.join(LIBRARIES)}.json"
 
 
 @cache

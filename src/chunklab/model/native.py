@@ -18,12 +18,12 @@ from pathlib import Path
 
 import torch
 
-from chunklab.model.linear_library import LinearPlan, pack
+from chunklab.model.linear_library import LIBRARIES, LinearPlan, pack
 from chunklab.model.tiny_gpt import TinyGPT
 from chunklab.paths import in_project
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ("fused_forward.cpp", "elementwise.cpp", "decode_attention.cpp")
+SOURCES = ("fused_forward.cpp", "elementwise.cpp", "decode_attention.cpp", "panel_linear.cpp")
 CFLAGS = ["-O3", "-march=native", "-fopenmp", "-fopenmp-simd"]
 
 
@@ -84,7 +84,8 @@ def load_extension():
 
 class FusedForward:
     """TinyGPT.forward as one C++ call. Holds the weights in the order the C++ side reads them,
-    and, where the plan sends any batch size to oneDNN, each projection prepacked once for it."""
+    and, where the plan sends any batch size to oneDNN or to panel_linear, each projection
+    prepacked once for that library."""
 
     def __init__(self, model: TinyGPT, block_size: int, linear_plan: LinearPlan = LinearPlan.single("mkl")):
         p = next(model.parameters())
@@ -100,9 +101,9 @@ class FusedForward:
                                                   b.mlp.w_gate_up, b.mlp.w_down)]
         self.weights.append(model.final_norm.detach())
         self.linear_plan = linear_plan
-        self.packed = [pack(w.detach()) for b in model.blocks
-                       for w in (b.attn.wqkv, b.attn.wo, b.mlp.w_gate_up, b.mlp.w_down)] \
-            if "onednn" in linear_plan.uses else []
+        projections = [w.detach() for b in model.blocks for w in (b.attn.wqkv, b.attn.wo, b.mlp.w_gate_up, b.mlp.w_down)]
+        self.packed = [pack(w) for w in projections] if "onednn" in linear_plan.uses else []
+        self.panels = [self.ext.pack_panels(w) for w in projections] if "panels" in linear_plan.uses else []
         self.rope_cos = model.rope_cos.float().contiguous()
         self.rope_sin = model.rope_sin.float().contiguous()
 
@@ -110,11 +111,11 @@ class FusedForward:
                  num_tokens: list[int], num_decodes: int, kv_cache) -> torch.Tensor:
         """Hidden states [T, d_model]; see csrc/fused_forward.cpp for the layout contract."""
         c = self.cfg
-        onednn = self.linear_plan.library_for(input_ids.shape[0]) == "onednn"
+        library = LIBRARIES.index(self.linear_plan.library_for(input_ids.shape[0]))  # the C++ enum's order
         return self.ext.forward(input_ids, block_tables, starts, num_tokens, num_decodes, self.weights,
                                 kv_cache[0], kv_cache[1], self.rope_cos, self.rope_sin,
                                 c.num_heads, c.num_kv_heads, c.head_dim, self.block_size, c.norm_eps,
-                                self.packed, onednn)
+                                self.packed, self.panels, library)
 
 
 if __name__ == "__main__":  # `python -m chunklab.model.native`: build now (make setup does), and probe

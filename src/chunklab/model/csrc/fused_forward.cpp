@@ -2,9 +2,9 @@
 //
 // The eager model issues ~40 ATen ops per layer from Python; at one decode token
 // that dispatch, not arithmetic, is most of a step. Here the layer loop runs in
-// C++, the matmuls run through MKL (at::mm) or oneDNN (prepacked weights; the
-// per-machine choice is model/linear_library.py's), and everything between them is
-// a few fused loops: RMSNorm, RoPE + KV-cache write, SiLU-mul, and paged decode
+// C++, the matmuls run through MKL (at::mm), oneDNN (prepacked weights) or, at decode
+// batch sizes, panel_linear (the per-machine choice is model/linear_library.py's), and
+// everything between them is a few fused loops: RMSNorm, RoPE + KV-cache write, SiLU-mul, and paged decode
 // attention that reads each K/V block in place (no gather, no mask tensor).
 //
 // Contract (float32, CPU, contiguous):
@@ -15,8 +15,9 @@
 //   k_pool, v_pool [L, num_slots, Hkv, D]; slot = block * block_size + offset.
 //   weights: embed, then per layer (attn_norm, wqkv [C, (H+2Hkv)D], wo, mlp_norm,
 //   w_gate_up [C, 2F], w_down), then final_norm.  rope_cos/sin [max_seq, D].
-//   packed: empty (every matmul through MKL), or per layer the oneDNN-prepacked
-//   (wqkv, wo, w_gate_up, w_down), used when `onednn` is set.
+//   packed, panels: per layer (wqkv, wo, w_gate_up, w_down) prepacked for oneDNN and for
+//   panel_linear, each empty unless the plan uses that library. library: this call's
+//   linear layers run through MKL (0), oneDNN (1) or panel_linear (2).
 //   Returns the hidden states after the final norm, [T, C].
 #include <torch/extension.h>
 
@@ -68,12 +69,18 @@ int64_t onednn_rows(int64_t rows) {
   return (rows + granule - 1) / granule * granule;
 }
 
-// y = x @ w through MKL, or through oneDNN's linear on the same weight prepacked (rows
-// padded to onednn_rows; the pad rows are zero and their outputs dropped: a row's result
-// never reads another row). mkldnn::_linear_pointwise has no C++ API in the wheel's
-// headers: called boxed through the dispatcher (a few microseconds, 24 calls a step).
-at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor* packed) {
-  if (packed == nullptr) return at::mm(x, w);
+// The library a linear layer runs through (model/linear_library.py chooses per batch size).
+enum Library : int64_t { kMkl = 0, kOnednn = 1, kPanels = 2 };
+
+// y = x @ w through MKL; through oneDNN's linear on the same weight prepacked (rows padded
+// to onednn_rows; the pad rows are zero and their outputs dropped: a row's result never
+// reads another row); or through panel_linear on its panel-packed copy (small batches).
+// mkldnn::_linear_pointwise has no C++ API in the wheel's headers: called boxed through
+// the dispatcher (a few microseconds, 24 calls a step).
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, Library library, const at::Tensor* packed,
+                  const at::Tensor* panels) {
+  if (library == kPanels) return panel_linear(x, *panels, w.size(1));
+  if (library == kMkl) return at::mm(x, w);
   static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
   const int64_t rows = x.size(0), padded = onednn_rows(rows);
   at::Tensor in = x;
@@ -95,7 +102,8 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
                    const std::vector<int64_t>& num_tokens, int64_t num_decodes, const std::vector<at::Tensor>& weights,
                    at::Tensor k_pool, at::Tensor v_pool, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
                    int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, int64_t block_size, double eps,
-                   const std::vector<at::Tensor>& packed, bool onednn) {
+                   const std::vector<at::Tensor>& packed, const std::vector<at::Tensor>& panels,
+                   int64_t library) {
   TORCH_CHECK(input_ids.dim() == 1 && block_tables.scalar_type() == at::kInt, "bad metadata");
   TORCH_CHECK(k_pool.scalar_type() == at::kFloat && k_pool.is_contiguous() && v_pool.is_contiguous(),
               "the fused forward takes a contiguous float32 KV pool");
@@ -103,7 +111,10 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
   const int64_t L = k_pool.size(0), T = input_ids.size(0), S = static_cast<int64_t>(starts.size());
   const int64_t max_blocks = block_tables.size(1);
   TORCH_CHECK(static_cast<int64_t>(weights.size()) == 2 + 6 * L, "expected ", 2 + 6 * L, " weight tensors");
-  TORCH_CHECK(!onednn || static_cast<int64_t>(packed.size()) == 4 * L, "onednn needs ", 4 * L, " packed weights");
+  const auto lib = static_cast<Library>(library);
+  TORCH_CHECK(library >= kMkl && library <= kPanels, "unknown linear library ", library);
+  TORCH_CHECK(lib != kOnednn || static_cast<int64_t>(packed.size()) == 4 * L, "onednn needs ", 4 * L, " packed weights");
+  TORCH_CHECK(lib != kPanels || static_cast<int64_t>(panels.size()) == 4 * L, "panels needs ", 4 * L, " packed weights");
   const int32_t* tables = block_tables.data_ptr<int32_t>();
 
   // Per-token positions and slots; per-segment context slots and masks (shared by every layer).
@@ -138,9 +149,10 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
   auto attn = at::empty({T, num_heads * head_dim}, x.options());
   for (int64_t layer = 0; layer < L; ++layer) {
     const at::Tensor* w = &weights[1 + 6 * layer];
-    const at::Tensor* pk = onednn ? &packed[4 * layer] : nullptr;  // wqkv, wo, w_gate_up, w_down
-    auto lin = [pk](const at::Tensor& in, const at::Tensor& weight, int i) {
-      return linear(in, weight, pk == nullptr ? nullptr : pk + i);
+    const at::Tensor* pk = lib == kOnednn ? &packed[4 * layer] : nullptr;  // wqkv, wo, w_gate_up, w_down
+    const at::Tensor* pp = lib == kPanels ? &panels[4 * layer] : nullptr;
+    auto lin = [=](const at::Tensor& in, const at::Tensor& weight, int i) {
+      return linear(in, weight, lib, pk == nullptr ? nullptr : pk + i, pp == nullptr ? nullptr : pp + i);
     };
     auto k_heads = k_pool[layer], v_heads = v_pool[layer];  // [num_slots, Hkv, D]
     auto k_cache = k_heads.view({-1, num_kv_heads * head_dim}), v_cache = v_heads.view({-1, num_kv_heads * head_dim});
@@ -150,7 +162,7 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
     for (const auto& seg : segments)
       attn.narrow(0, seg.row, seg.n).view({seg.n, num_heads, head_dim})
           .copy_(segment_attention(qkv, seg, k_heads, v_heads, s));
-    if (pk == nullptr) {
+    if (lib == kMkl) {
       x = at::addmm(x, attn, w[2]);
       x = at::addmm(x, silu_mul(at::mm(rms_norm(x, w[3], eps), w[4])), w[5]);
     } else {  // x is this call's own residual stream: added to in place
@@ -163,5 +175,7 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forward", &forward, "TinyGPT forward over a paged KV pool (float32, CPU)");
+  m.def("pack_panels", &pack_panels, "a [in, out] float32 weight in panel_linear's packed form");
+  m.def("panel_linear", &panel_linear, "x @ w for a few rows of x, w in pack_panels' form (out_features given)");
   m.def("onednn_rows", &onednn_rows, "the row count a oneDNN linear of `rows` rows runs at (padded to a bucket)");
 }

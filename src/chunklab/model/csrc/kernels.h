@@ -71,4 +71,8 @@ void paged_decode_attention(const at::Tensor& qkv, const at::Tensor& k_cache, co
                             const int32_t* tables, int64_t max_blocks, const std::vector<int64_t>& context_lens,
                             at::Tensor& out, const Shape& s);
 
+// Small-batch linear layers (panel_linear.cpp): w [in, out] repacked once into column panels.
+at::Tensor pack_panels(const at::Tensor& w);
+at::Tensor panel_linear(const at::Tensor& x, const at::Tensor& panels, int64_t out_features);
+
 }  // namespace chunklab
