@@ -48,7 +48,7 @@ def points(p: dict) -> list[tuple[str, dict]]:
 
 
 def main() -> None:
-    from chunklab.experiments.sentinel import SpeedSentinel  # torch: this stage measures
+    from chunklab.experiments.sentinel import SpeedSentinel, geometric_mean  # torch: this stage measures
     from chunklab.experiments.sweep import run_grid
 
     p = params("fidelity")
@@ -65,7 +65,7 @@ def main() -> None:
     read(len(order))  # after the last run
     # each run's speed: the geometric mean of the sentinels read just before and just after it
     res.runs["sentinel_after"] = [r.ratio for r in readings[1:]]
-    res.runs["sentinel_ratio"] = [float(np.sqrt(a.ratio * b.ratio)) for a, b in zip(readings, readings[1:])]
+    res.runs["sentinel_ratio"] = [geometric_mean([a.ratio, b.ratio]) for a, b in zip(readings, readings[1:])]
     labels = [label for _, label, _ in order]
     res.runs.insert(0, "repeat", [r for r, _, _ in order])
     res.runs.insert(0, "point", labels)
