@@ -28,7 +28,7 @@ def main() -> None:
     flops = bench.prefill_flops(model, args.prompt_tokens)
     print(f"\nprefill of {args.prompt_tokens} tokens ({flops / 1e9:.2f} GFLOP), median of {args.repeats}:")
     print(f"{'attention':>9} {'chunk':>6} {'passes':>6} {'ms':>9} {'GFLOP/s':>8} {'of matmul':>9} {'vs 1 pass':>9}")
-    configs = [(impl, chunk) for impl in ("sdpa", "naive") for chunk in (args.prompt_tokens, 256, 64)]
+    configs = [(impl, chunk) for impl in bench.ATTENTIONS for chunk in (args.prompt_tokens, 256, 64)]
     times = bench.prefill_split(model, configs, args.prompt_tokens, args.repeats, engine_cfg)
     for (impl, chunk), samples in times.items():
         ms = bench.median_ms(samples)

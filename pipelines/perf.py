@@ -56,14 +56,15 @@ def _hwm_kb(pid: int) -> int:
     return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
 
 
-# before / after issue 19: the fused forward with every linear layer through MKL, and with this
-# machine's probed GEMM library per batch size (model/linear_library.py)
-PATHS = {"mkl": EngineConfig(linear_library="mkl"), "probed": EngineConfig()}
-BEFORE, AFTER = "before (MKL linear)", "after (probed linear)"
+# before / after issue 19: the fused forward with every linear layer through MKL and prefill
+# chunks through ATen's SDPA, and with this machine's probed GEMM library per batch size
+# (model/linear_library.py) and the paged prefill kernel (model/csrc/prefill_attention.cpp)
+PATHS = {"mkl": EngineConfig(linear_library="mkl", prefill_attention="sdpa"), "probed": EngineConfig()}
+BEFORE, AFTER = "before (MKL linear, SDPA prefill)", "after (probed linear, paged prefill)"
 
 
 def row(name, value, unit, goal, goal_text, how, before=None):
-    """One metric; `before` is the all-MKL path's value where the linear library matters."""
+    """One metric; `before` is the before path's value where the engine path matters."""
     met = "" if goal is None else ("yes" if goal(value) else "no")
     return {"metric": name, "unit": unit, "goal": goal_text, BEFORE: None if before is None else round(before, 4),
             AFTER: round(value, 4), "met": met, "how": how}
@@ -84,9 +85,10 @@ def prefill(m, p) -> dict[str, tuple[float, float]]:
     times = {name: {n: [], chunk: []} for name in PATHS}
     for _ in range(p["repeats"]):
         for name, e in PATHS.items():
-            split = bench.prefill_split(m, [("sdpa", n), ("sdpa", chunk)], n, 1, e)
+            impl = e.prefill_attention
+            split = bench.prefill_split(m, [(impl, n), (impl, chunk)], n, 1, e)
             for c in (n, chunk):
-                times[name][c] += split[("sdpa", c)]
+                times[name][c] += split[(impl, c)]
     return {name: (statistics.median(t[n]), statistics.median(t[chunk])) for name, t in times.items()}
 
 
@@ -119,7 +121,8 @@ def limits(p, cfg) -> list[dict]:
     tps = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     small, large = p["rss_requests"]
     base = ["experiment=ch10", *p.get("overrides", [])]
-    rss = {k: {size: peak_rss_mb(base + [f"workload.num_requests={size}", f"engine.linear_library={e.linear_library}"])
+    rss = {k: {size: peak_rss_mb(base + [f"workload.num_requests={size}", f"engine.linear_library={e.linear_library}",
+                                         f"engine.prefill_attention={e.prefill_attention}"])
                for size in (small, large)} for k, e in PATHS.items()}
     kv_mb = bench.make_engine(m, PATHS["probed"], budget=8).executor.kv_cache_bytes / 2**20
     build_s = fused_build_s() if p["time_build"] else float("nan")
@@ -140,13 +143,13 @@ def limits(p, cfg) -> list[dict]:
         row("memory_read_gbs", bw, "GB/s", None, "", "best of 10, sum over 512 MiB (either path)"),
         row("prefill_fraction_of_matmul", prefill_gflops["probed"] / peak, "ratio", lambda v: v >= 0.70,
             ">= 0.70 (issue 19)", f"1x{n} prefill {1e3 * one:.1f} ms = {prefill_gflops['probed']:.0f} GFLOP/s "
-            f"(all MKL {1e3 * pre['mkl'][0]:.1f} ms)", prefill_gflops["mkl"] / peak),
+            f"(before {1e3 * pre['mkl'][0]:.1f} ms)", prefill_gflops["mkl"] / peak),
         row(f"chunking_cost_{-(-n // chunk)}x{chunk}_vs_1x{n}", ratio["probed"], "ratio", lambda v: v <= 1.15,
             "<= 1.15 (issue 19)", f"{-(-n // chunk)}x{chunk} {1e3 * chunked:.1f} ms vs 1x{n} {1e3 * one:.1f} ms "
-            f"(all MKL {1e3 * pre['mkl'][1]:.1f} vs {1e3 * pre['mkl'][0]:.1f}), paths alternated round by round",
+            f"(before {1e3 * pre['mkl'][1]:.1f} vs {1e3 * pre['mkl'][0]:.1f}), paths alternated round by round",
             ratio["mkl"]),
         row("decode_vs_memory_bound", decode_s["probed"] / bound_s, "ratio", lambda v: v <= 2.0, "<= 2.0",
-            f"decode step b8 ctx{ctx} {1e3 * decode_s['probed']:.2f} ms (all MKL {1e3 * decode_s['mkl']:.2f}); bound "
+            f"decode step b8 ctx{ctx} {1e3 * decode_s['probed']:.2f} ms (before {1e3 * decode_s['mkl']:.2f}); bound "
             f"{1e3 * bound_s:.2f} ms = ({weights / 2**20:.1f} MiB weights + {kv / 2**20:.1f} MiB KV) / {bw:.1f} GB/s",
             decode_s["mkl"] / bound_s),
         row("step_overhead_ms", 1e3 * step_s["probed"], "ms", lambda v: v <= 1.0, "<= 1.0",
@@ -155,7 +158,7 @@ def limits(p, cfg) -> list[dict]:
             f"last vs first tenth of {p['overhead_requests']} requests served one after another", growth["mkl"]),
         row("tokens_per_s_vs_hf_generate", tps["probed"] / tps["hf"], "ratio", lambda v: v >= 2.5, ">= 2.5 (issue 19)",
             f"8 x {p['hf_prompt_tokens']}-token prompts, {p['hf_new_tokens']} new tokens greedy: probed {tps['probed']:.0f}"
-            f" tok/s, all MKL {tps['mkl']:.0f}, HF generate {tps['hf']:.0f} (medians of 3, alternated)",
+            f" tok/s, before {tps['mkl']:.0f}, HF generate {tps['hf']:.0f} (medians of 3, alternated)",
             tps["mkl"] / tps["hf"]),
         row(f"peak_rss_{small}_requests_mb", rss["probed"][small], "MiB", lambda v: v < 1536, "< 1.5 GB",
             "run.py experiment=ch10, fresh process, MLflow off", rss["mkl"][small]),
@@ -244,12 +247,13 @@ def main() -> None:
                | {f"{k}_over_vllm": v for k, v in zip(peer.measurement, peer["after / vLLM"]) if pd.notna(v)})
     e2e.to_csv(OUTPUTS / "perf_end_to_end.csv", index=False, float_format="%.4f")
     executor = bench.make_engine(cfg.model, EngineConfig(), budget=8).executor
-    cond = conditions(cfg, executor.model.num_parameters(), forward_path=f"{executor.forward_path} (before: linear mkl)")
+    cond = conditions(cfg, executor.model.num_parameters(), forward_path=f"{executor.forward_path} (before: linear mkl; prefill attention sdpa)")
     cond["workload"] = "micro-benchmarks; end to end: ch10 trace, 24 requests, seed 3"
     write_json(OUTPUTS / "perf_conditions.json", cond | {"line": conditions_line(cond)})
     serve = p["peer"]
-    md = ["### Performance: ratios measured side by side in one run, before (every linear layer through MKL) and "
-          f"after (this machine's probed GEMM library per batch size: {executor.forward_path})", "",
+    md = ["### Performance: ratios measured side by side in one run, before (every linear layer through MKL, "
+          "prefill chunks through ATen's SDPA) and after (this machine's probed GEMM library per batch size and "
+          f"the paged prefill kernel: {executor.forward_path})", "",
           ratios.to_markdown(index=False), "",
           "### Against vLLM on the same machine, in the same run", "",
           f"One {serve['prompt_tokens']}-token prompt prefilled in one pass and in chunks (`LLM.generate`-style, "

@@ -1,4 +1,4 @@
-"""Stage prefill_split: one long prompt prefilled in passes of each chunk size, both attentions.
+"""Stage prefill_split: one long prompt prefilled in passes of each chunk size, each attention (bench.ATTENTIONS).
 
 Writes outputs/prefill_split.csv and outputs/prefill_split_conditions.json.
 """
@@ -40,7 +40,8 @@ def main() -> None:
     pd.DataFrame(rows).to_csv(OUTPUTS / "prefill_split.csv", index=False, float_format="%.4f")
     executor = bench.make_engine(cfg.model, EngineConfig()).executor
     cond = conditions(cfg, executor.model.num_parameters(),
-                      forward_path=f"{executor.forward_path} (naive-attention rows: eager)")
+                      forward_path=f"{executor.forward_path} (sdpa rows: prefill through ATen's SDPA; "
+                                   "naive rows: eager)")
     cond["workload"] = f"one {p['prompt_tokens']}-token prompt, {p['repeats']} timed runs after a warm-up"
     write_json(OUTPUTS / "prefill_split_conditions.json",
                cond | {"matmul_gflops": peak, "matmul_library": library,

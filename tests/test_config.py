@@ -47,6 +47,7 @@ def test_every_option_composes(group):
     ("model.dtype=float16", "model.dtype='float16'"),
     ("engine.clock=sundial", "engine.clock='sundial'"),
     ("engine.linear_library=openblas", "engine.linear_library='openblas'"),
+    ("engine.prefill_attention=flash", "engine.prefill_attention='flash'"),
     ("engine.num_blocks=0", "engine.num_blocks=0"),
     ("slo.ttft_s=0", "slo.ttft_s=0.0"),
     ("hardware.step_time_scale=0", "hardware.step_time_scale=0.0"),

@@ -84,8 +84,9 @@ def _eager_mixed_step(model, ids, table, contexts, chunk, kv):
 # a first chunk; one after a cached prefix. 5 decodes + 36 = 41 rows: oneDNN pads them to 42 (onednn_rows)
 @pytest.mark.parametrize("chunk", [(0, 36), (53, 29)])
 @LIBRARIES
+@pytest.mark.parametrize("prefill_attention", ["paged", "sdpa"])
 @torch.inference_mode()
-def test_mixed_step_matches_the_eager_model(shape, chunk, library):
+def test_mixed_step_matches_the_eager_model(shape, chunk, library, prefill_attention):
     cfg = dataclasses.replace(MICRO, dtype="float32", **shape)
     model = TinyGPT.from_seed(cfg, seed=4)
     contexts = [0, 15, 16, 40, 77]  # decode positions: block edges, first token, a few blocks in
@@ -96,10 +97,40 @@ def test_mixed_step_matches_the_eager_model(shape, chunk, library):
     n = len(contexts) + chunk[1]
     ids = torch.randint(0, 260, (n,), generator=torch.Generator().manual_seed(6))
     want = _eager_mixed_step(model, ids, table, contexts, chunk, kv_eager)
-    fused = native.FusedForward(model, BLOCK, LinearPlan.single(library))
+    fused = native.FusedForward(model, BLOCK, LinearPlan.single(library), prefill_attention)
     got = fused(ids, table, contexts + [chunk[0]], [1] * len(contexts) + [chunk[1]], len(contexts), kv_fused)
     torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
     torch.testing.assert_close(kv_fused[0], kv_eager[0], atol=1e-6, rtol=1e-5)  # same cache writes
+
+
+@pytest.mark.parametrize("shape", [
+    dict(),  # the micro model: head_dim 16, 2 query heads per KV head
+    dict(num_heads=8, num_kv_heads=2, head_dim=32, d_model=128),  # TinyGPT's heads
+    dict(num_heads=2, num_kv_heads=2, head_dim=64, d_model=128),  # no GQA
+    dict(num_heads=8, num_kv_heads=1, head_dim=128, d_model=128),  # a Llama head, 8 queries per KV head
+])
+@torch.inference_mode()
+def test_paged_prefill_attention_matches_sdpa_on_a_busy_step(shape):
+    """Three chunks in one step beside two decodes: a first chunk, one after a cached prefix that
+    ends mid-block, and a single-token chunk deep in its context (row counts that fill no row
+    block evenly). The paged kernel against ATen's SDPA on the same step, and the same cache."""
+    cfg = dataclasses.replace(MICRO, dtype="float32", **shape)
+    model = TinyGPT.from_seed(cfg, seed=4)
+    contexts, chunks = [3, 70], [(0, 37), (53, 29), (200, 1)]
+    table = _tables(len(contexts) + len(chunks), 14, seed=2)
+    history = _pool(cfg)
+    for t in history:
+        t.copy_(torch.randn(t.shape, generator=torch.Generator().manual_seed(7)))
+    n = len(contexts) + sum(c[1] for c in chunks)
+    ids = torch.randint(0, 260, (n,), generator=torch.Generator().manual_seed(8))
+    starts, num_tokens = contexts + [c[0] for c in chunks], [1] * len(contexts) + [c[1] for c in chunks]
+    out = {}
+    for attention in ("sdpa", "paged"):
+        kv = tuple(t.clone() for t in history)
+        fused = native.FusedForward(model, BLOCK, LinearPlan.single("mkl"), attention)
+        out[attention] = fused(ids, table, starts, num_tokens, len(contexts), kv)
+    torch.testing.assert_close(out["paged"], out["sdpa"], atol=2e-5, rtol=1e-4)
+    assert not torch.equal(out["paged"], out["paged"].roll(1, 0))  # rows differ: a mix-up would show
 
 
 def test_onednn_rows_are_bounded_buckets():
@@ -119,6 +150,8 @@ def test_runner_reports_its_path(caplog):
         assert runner.forward_path == f"fused (linear {library})"
         assert runner.fused.linear_plan == LinearPlan.single(library)
     assert ModelRunner(f32, EngineConfig(num_blocks=8)).forward_path.startswith("fused (linear ")
+    sdpa = ModelRunner(f32, EngineConfig(num_blocks=8, linear_library="mkl", prefill_attention="sdpa"))
+    assert sdpa.forward_path == "fused (linear mkl; prefill attention sdpa)"  # not the default: named
     assert ModelRunner(f32, EngineConfig(num_blocks=8, compile=False)).forward_path == "eager"
     assert ModelRunner(MICRO, EngineConfig(num_blocks=8)).forward_path.startswith("eager (the fused forward is float32")
     naive = dataclasses.replace(f32, attention="naive")

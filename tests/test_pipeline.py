@@ -16,7 +16,7 @@ TINY = {
     "calibrate": {"num_random_shapes": 12, "rounds": 1, "burst": 2, "replay_requests": 4, "overrides": ["model=micro"]},
     "fidelity": {"num_requests": 8, "repeats": 2, "points": [[16, 0.5], [8192, 1.0]], "overrides": ["model=micro"],
                  "mix_overrides": MICRO_MIX[1:], "trace": {"rows": 20, "start_offset": 0, "budget": 16}},
-    "prefill_split": {"prompt_tokens": 96, "chunk_tokens": [96, 32], "attention": ["sdpa", "naive"], "repeats": 1,
+    "prefill_split": {"prompt_tokens": 96, "chunk_tokens": [96, 32], "attention": ["paged", "sdpa", "naive"], "repeats": 1,
                       "overrides": ["model=micro"]},
     "token_budget": {"budgets": [16, 8192], "seeds": [3, 4], "small_requests": 6, "large_requests": 8, "repeats": 2,
                      "extra_seeds": [4], "rate_per_s": 20.0, "loads": [0.5], "overrides": MICRO_MIX},

@@ -73,13 +73,30 @@ def prefill_flops(m: ModelConfig, num_tokens: int) -> float:
     return m.num_layers * (2 * num_tokens * linear + attention) + 2 * m.d_model * m.vocab_size
 
 
+# The attention a prefill chunk runs through: paged (the fused forward's causal kernel over the
+# KV pool), sdpa (the fused forward, context gathered into ATen's SDPA), naive (the eager model's
+# materialised score matrix: the chapter's kind of prefill).
+ATTENTIONS = ("paged", "sdpa", "naive")
+
+
+def set_attention(executor, impl: str) -> None:
+    """Points an engine's ModelRunner at one of ATTENTIONS for its next steps."""
+    from chunklab.model.native import PREFILL_ATTENTION
+
+    if impl not in ATTENTIONS:
+        raise ValueError(f"attention {impl!r}: expected one of {', '.join(ATTENTIONS)}")
+    executor.attention_impl = "naive" if impl == "naive" else "sdpa"
+    if executor.fused is not None:
+        executor.fused.prefill_attention = PREFILL_ATTENTION.index("sdpa" if impl == "sdpa" else "paged")
+
+
 def make_engine(model: ModelConfig, engine: EngineConfig, **sched) -> LLMEngine:
     return LLMEngine(model, engine, SchedulerConfig(**sched), ReplayClock())
 
 
 def prefill_split(model: ModelConfig, configs: list[tuple[str, int]], prompt_tokens: int,
                   repeats: int, engine_cfg: EngineConfig = EngineConfig()) -> dict[tuple[str, int], list[float]]:
-    """Seconds to prefill one prompt for each (attention, chunk tokens) configuration.
+    """Seconds to prefill one prompt for each (attention, chunk tokens) configuration (ATTENTIONS).
 
     One engine (one copy of the weights and of the KV pool) serves every
     configuration, and configurations are interleaved round by round after a
@@ -90,7 +107,7 @@ def prefill_split(model: ModelConfig, configs: list[tuple[str, int]], prompt_tok
     times = {c: [] for c in configs}
     for round_ in range(repeats + 1):
         for impl, chunk in configs:
-            engine.executor.attention_impl = impl
+            set_attention(engine.executor, impl)
             engine.scheduler.cfg = dataclasses.replace(engine.scheduler.cfg, budget=chunk)
             t0 = time.perf_counter()
             serve(engine, [req])

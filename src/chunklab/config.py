@@ -65,6 +65,9 @@ class EngineConfig:
     # streaming kernel for decode batch sizes) | auto: per batch size, whichever this machine
     # runs faster, probed once and cached (model/linear_library.py).
     linear_library: str = "auto"
+    # The fused forward's attention for prefill chunks: paged (the project's causal kernel over the
+    # paged pool, model/csrc/prefill_attention.cpp) | sdpa (gather the context, ATen's SDPA).
+    prefill_attention: str = "paged"
     block_size: int = 16  # tokens per KV block
     num_blocks: int = 1024  # KV blocks in the pool; 0: sized from the hardware's memory (engine/kv_pool.py)
     temperature: float = 0.0  # 0 = greedy
@@ -210,6 +213,7 @@ def validate(cfg: RunConfig) -> None:
     _one_of("engine.device", e.device, ("cpu", "cuda"))
     _one_of("engine.clock", e.clock, ("replay", "wall"))
     _one_of("engine.linear_library", e.linear_library, ("auto", "mkl", "onednn", "panels"))
+    _one_of("engine.prefill_attention", e.prefill_attention, ("paged", "sdpa"))
     _check(e.threads >= 0, "engine.threads", e.threads, "must be >= 0")
     _check(e.block_size >= 1, "engine.block_size", e.block_size, "must be >= 1")
     _check(e.num_blocks >= 0, "engine.num_blocks", e.num_blocks, "must be >= 1, or 0 (sized from hardware memory)")

@@ -45,9 +45,11 @@ def linear_plan(model_cfg: ModelConfig, engine_cfg: EngineConfig):
     return resolve(engine_cfg.linear_library, model_cfg, torch_threads(engine_cfg))
 
 
-def fused_path_name(plan) -> str:
-    """'fused (linear mkl<4, onednn>=4)': the path and its GEMM libraries, as conditions and fingerprints name it."""
-    return f"fused (linear {plan.describe()})"
+def fused_path_name(plan, prefill_attention: str = "paged") -> str:
+    """'fused (linear mkl<4, onednn>=4)': the path and its GEMM libraries, as conditions and fingerprints
+    name it; a prefill attention other than the default paged kernel is named too."""
+    attention = "" if prefill_attention == "paged" else f"; prefill attention {prefill_attention}"
+    return f"fused (linear {plan.describe()}{attention})"
 
 
 def planned_forward_path(model_cfg: ModelConfig, engine_cfg: EngineConfig) -> str:
@@ -60,7 +62,7 @@ def planned_forward_path(model_cfg: ModelConfig, engine_cfg: EngineConfig) -> st
         load_extension()
     except NativeUnavailable:
         return "eager"
-    return fused_path_name(linear_plan(model_cfg, engine_cfg))
+    return fused_path_name(linear_plan(model_cfg, engine_cfg), engine_cfg.prefill_attention)
 
 
 class ModelRunner:
@@ -95,7 +97,8 @@ class ModelRunner:
 
         try:
             plan = linear_plan(self._model_cfg, engine_cfg)
-            return FusedForward(self.model, self.block_size, plan), fused_path_name(plan)
+            forward = FusedForward(self.model, self.block_size, plan, engine_cfg.prefill_attention)
+            return forward, fused_path_name(plan, engine_cfg.prefill_attention)
         except NativeUnavailable as exc:
             log.warning("engine.compile=true, running eager: %s", exc)
             return None, f"eager ({exc})"

@@ -23,7 +23,9 @@ from chunklab.model.tiny_gpt import TinyGPT
 from chunklab.paths import in_project
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ("fused_forward.cpp", "elementwise.cpp", "decode_attention.cpp", "panel_linear.cpp")
+SOURCES = ("fused_forward.cpp", "elementwise.cpp", "decode_attention.cpp", "prefill_attention.cpp",
+           "panel_linear.cpp")
+PREFILL_ATTENTION = ("sdpa", "paged")  # the C++ side's order
 CFLAGS = ["-O3", "-march=native", "-fopenmp", "-fopenmp-simd"]
 
 
@@ -85,9 +87,10 @@ def load_extension():
 class FusedForward:
     """TinyGPT.forward as one C++ call. Holds the weights in the order the C++ side reads them,
     and, where the plan sends any batch size to oneDNN or to panel_linear, each projection
-    prepacked once for that library."""
+    prepacked once for that library. prefill_attention: paged (the project's kernel) or sdpa."""
 
-    def __init__(self, model: TinyGPT, block_size: int, linear_plan: LinearPlan = LinearPlan.single("mkl")):
+    def __init__(self, model: TinyGPT, block_size: int, linear_plan: LinearPlan = LinearPlan.single("mkl"),
+                 prefill_attention: str = "paged"):
         p = next(model.parameters())
         if p.dtype != torch.float32 or p.device.type != "cpu" or model.cfg.head_dim % 2:
             raise NativeUnavailable(f"the fused forward runs float32 on CPU with an even head_dim, not {p.dtype} "
@@ -101,6 +104,7 @@ class FusedForward:
                                                   b.mlp.w_gate_up, b.mlp.w_down)]
         self.weights.append(model.final_norm.detach())
         self.linear_plan = linear_plan
+        self.prefill_attention = PREFILL_ATTENTION.index(prefill_attention)
         projections = [w.detach() for b in model.blocks for w in (b.attn.wqkv, b.attn.wo, b.mlp.w_gate_up, b.mlp.w_down)]
         self.packed = [pack(w) for w in projections] if "onednn" in linear_plan.uses else []
         self.panels = [self.ext.pack_panels(w) for w in projections] if "panels" in linear_plan.uses else []
@@ -115,7 +119,7 @@ class FusedForward:
         return self.ext.forward(input_ids, block_tables, starts, num_tokens, num_decodes, self.weights,
                                 kv_cache[0], kv_cache[1], self.rope_cos, self.rope_sin,
                                 c.num_heads, c.num_kv_heads, c.head_dim, self.block_size, c.norm_eps,
-                                self.packed, self.panels, library)
+                                self.packed, self.panels, library, self.prefill_attention)
 
 
 if __name__ == "__main__":  # `python -m chunklab.model.native`: build now (make setup does), and probe

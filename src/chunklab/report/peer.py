@@ -5,16 +5,19 @@ from pathlib import Path
 
 import pandas as pd
 
+from chunklab.peers.compare import BEFORE_COLUMN
+
 
 def peer_findings(outputs: Path) -> list[str]:
     path = outputs / "perf_vs_vllm.csv"
     if not path.is_file():
         return []
     df = pd.read_csv(path)
-    change = df["chunklab after"] / df["chunklab before (MKL)"]
+    change = df["chunklab after"] / df[BEFORE_COLUMN]
     faster = df["unit"].eq("tok/s")
     gain = (change.where(faster, 1 / change) - 1) * 100  # positive: after is better
-    lines = [f"Before and after the probed GEMM library (MEASURED, same run): after is better in "
+    lines = [f"Before (MKL linear, SDPA prefill) and after (the probed GEMM library, the paged prefill kernel; "
+             f"MEASURED, same run): after is better in "
              f"{int((gain > 0).sum())} of {len(df)} measurements (median {gain.median():+.0f}%, "
              f"range {gain.min():+.0f}% to {gain.max():+.0f}%)."]
     if df["vLLM"].isna().all():

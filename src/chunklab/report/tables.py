@@ -62,7 +62,7 @@ def prefill_split_table(split: pd.DataFrame) -> pd.DataFrame:
     wide = split.pivot(index=["passes", "chunk_tokens"], columns="attention", values="median_ms").reset_index()
     wide = wide.sort_values("passes")
     out = pd.DataFrame({"Passes": wide["passes"], "Tokens per pass": wide["chunk_tokens"]})
-    for impl in ("sdpa", "naive"):
+    for impl in ("paged", "sdpa", "naive"):
         if impl in wide:
             out[f"Total time, {impl} (ms)"] = wide[impl].map("{:.1f}".format)
     out["Chapter (ms)"] = [f"{chapter.PREFILL_SPLIT_MS[p]:.1f}" if p in chapter.PREFILL_SPLIT_MS else ""

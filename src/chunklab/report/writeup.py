@@ -19,7 +19,7 @@ def _med(runs: pd.DataFrame, size: str, budget: int, key: str) -> float:
 def prefill_findings(split: pd.DataFrame) -> list[str]:
     ms = {(r.attention, r.passes): r.median_ms for r in split.itertuples()}
     out = []
-    for impl in ("sdpa", "naive"):
+    for impl in ("paged", "sdpa", "naive"):
         if (impl, 1) in ms and (impl, 24) in ms:
             one, many = ms[(impl, 1)], ms[(impl, 24)]
             out.append(f"- `{impl}`: 1 x 1536 takes {one:.1f} ms, 24 x 64 takes {many:.1f} ms "

@@ -26,14 +26,6 @@ namespace {
 constexpr int64_t kMaxG = 16;  // query heads per KV head the vector kernel takes
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-inline f16v load(const float* p) { return *reinterpret_cast<const f16v_u*>(p); }
-
-template <int a0, int a1, int a2, int a3, int a4, int a5, int a6, int a7, int a8, int a9, int a10, int a11,
-          int a12, int a13, int a14, int a15>
-inline f16v pick(f16v x, f16v y) {
-  return __builtin_shuffle(x, y, i16v{a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15});
-}
-
 // Lane j of the result = the sum of t[j]'s 16 lanes. Destroys t.
 inline f16v sum_lanes16(f16v* t) {
   for (int i = 0; i < 8; ++i)  // lanes alternate keys 2i, 2i+1; 2 terms each
@@ -47,25 +39,6 @@ inline f16v sum_lanes16(f16v* t) {
            pick<4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31>(t[2 * i], t[2 * i + 1]);
   return pick<0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23>(t[0], t[1]) +
          pick<8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31>(t[0], t[1]);
-}
-
-inline f16v vmax(f16v a, f16v b) { return a > b ? a : b; }
-
-// The max (sum) of v's 16 lanes, in four shuffle steps rather than 15 lane extracts.
-inline float max_lanes(f16v v) {
-  v = vmax(v, pick<8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7>(v, v));
-  v = vmax(v, pick<4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11>(v, v));
-  v = vmax(v, pick<2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13>(v, v));
-  v = vmax(v, pick<1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14>(v, v));
-  return v[0];
-}
-
-inline float sum_lanes(f16v v) {
-  v += pick<8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7>(v, v);
-  v += pick<4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11>(v, v);
-  v += pick<2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13>(v, v);
-  v += pick<1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14>(v, v);
-  return v[0];
 }
 
 struct Pool {
@@ -84,7 +57,7 @@ void decode_item_vec(const float* q_row, int64_t G, const Pool& pool, const int3
   float m[kMaxG];
   for (int64_t g = 0; g < G; ++g) {
     for (int64_t c = 0; c < kC; ++c) {
-      q[g][c] = load(q_row + g * D + c * 16) * scale;
+      q[g][c] = load16(q_row + g * D + c * 16) * scale;
       acc[g][c] = f16v{};
     }
     m[g] = kNegInf;
@@ -108,8 +81,8 @@ void decode_item_vec(const float* q_row, int64_t G, const Pool& pool, const int3
           t[j] = f16v{};
           continue;
         }
-        f16v dot = q[g][0] * load(krow[j]);
-        for (int64_t c = 1; c < kC; ++c) dot += q[g][c] * load(krow[j] + c * 16);
+        f16v dot = q[g][0] * load16(krow[j]);
+        for (int64_t c = 1; c < kC; ++c) dot += q[g][c] * load16(krow[j] + c * 16);
         t[j] = dot;
       }
       f16v scores = sum_lanes16(t);
@@ -124,7 +97,7 @@ void decode_item_vec(const float* q_row, int64_t G, const Pool& pool, const int3
     }
     for (int64_t j = 0; j < n; ++j)
       for (int64_t c = 0; c < kC; ++c) {
-        const f16v v = load(vrow[j] + c * 16);
+        const f16v v = load16(vrow[j] + c * 16);
         for (int64_t g = 0; g < G; ++g) acc[g][c] += p[g][j] * v;
       }
   }
@@ -135,9 +108,6 @@ void decode_item_vec(const float* q_row, int64_t G, const Pool& pool, const int3
 }
 
 #ifdef CHUNKLAB_DECODE_AVX2
-typedef float f8v __attribute__((vector_size(32)));
-typedef int32_t i8v __attribute__((vector_size(32)));
-
 inline __m256 exp8(__m256 x) {
   return (__m256)exp_poly<f8v, i8v>((f8v)x, f8v{} - 87.0f, f8v{} + 88.0f);  // same bits, GCC vector casts
 }

@@ -2,10 +2,12 @@
 //
 // The eager model issues ~40 ATen ops per layer from Python; at one decode token
 // that dispatch, not arithmetic, is most of a step. Here the layer loop runs in
-// C++, the matmuls run through MKL (at::mm), oneDNN (prepacked weights) or, at decode
-// batch sizes, panel_linear (the per-machine choice is model/linear_library.py's), and
-// everything between them is a few fused loops: RMSNorm, RoPE + KV-cache write, SiLU-mul, and paged decode
-// attention that reads each K/V block in place (no gather, no mask tensor).
+// C++, the matmuls run through MKL (at::mm), oneDNN (prepacked weights) or, at
+// decode batch sizes, panel_linear (the per-machine choice is
+// model/linear_library.py's), and everything between them is a few fused loops:
+// RMSNorm, RoPE + KV-cache write, SiLU-mul, paged decode attention that reads each
+// K/V block in place (no gather, no mask tensor), and paged causal attention for
+// prefill chunks (prefill_attention.cpp; ATen's SDPA where asked).
 //
 // Contract (float32, CPU, contiguous):
 //   input_ids [T] int64; the batch is sequences laid out one after another, the
@@ -17,7 +19,9 @@
 //   w_gate_up [C, 2F], w_down), then final_norm.  rope_cos/sin [max_seq, D].
 //   packed, panels: per layer (wqkv, wo, w_gate_up, w_down) prepacked for oneDNN and for
 //   panel_linear, each empty unless the plan uses that library. library: this call's
-//   linear layers run through MKL (0), oneDNN (1) or panel_linear (2).
+//   linear layers run through MKL (0), oneDNN (1) or panel_linear (2). prefill_attention:
+//   prefill chunks attend through ATen's SDPA (0) or paged_prefill_attention (1; where its
+//   prefill_kernel_supports the shape, else SDPA).
 //   Returns the hidden states after the final norm, [T, C].
 #include <torch/extension.h>
 
@@ -27,7 +31,7 @@ using namespace chunklab;
 
 namespace {
 
-// A prefill chunk: rows [row, row + n) at positions [start, start + n).
+// A prefill chunk for SDPA: rows [row, row + n) at positions [start, start + n).
 struct Segment {
   int64_t row, n, start;
   at::Tensor context_slots;  // [start + n] slots of positions 0.. (undefined for a first chunk)
@@ -103,7 +107,7 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
                    at::Tensor k_pool, at::Tensor v_pool, const at::Tensor& rope_cos, const at::Tensor& rope_sin,
                    int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, int64_t block_size, double eps,
                    const std::vector<at::Tensor>& packed, const std::vector<at::Tensor>& panels,
-                   int64_t library) {
+                   int64_t library, int64_t prefill_attention) {
   TORCH_CHECK(input_ids.dim() == 1 && block_tables.scalar_type() == at::kInt, "bad metadata");
   TORCH_CHECK(k_pool.scalar_type() == at::kFloat && k_pool.is_contiguous() && v_pool.is_contiguous(),
               "the fused forward takes a contiguous float32 KV pool");
@@ -116,10 +120,12 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
   TORCH_CHECK(lib != kOnednn || static_cast<int64_t>(packed.size()) == 4 * L, "onednn needs ", 4 * L, " packed weights");
   TORCH_CHECK(lib != kPanels || static_cast<int64_t>(panels.size()) == 4 * L, "panels needs ", 4 * L, " packed weights");
   const int32_t* tables = block_tables.data_ptr<int32_t>();
+  const bool paged_prefill = prefill_attention == 1 && prefill_kernel_supports(s);
 
   // Per-token positions and slots; per-segment context slots and masks (shared by every layer).
   std::vector<int64_t> positions(T), slots(T), context_lens(num_decodes);
-  std::vector<Segment> segments;
+  std::vector<Segment> segments;     // prefill chunks for SDPA
+  std::vector<PrefillChunk> chunks;  // or for the paged kernel
   int64_t row = 0;
   for (int64_t i = 0; i < S; ++i) {
     for (int64_t j = 0; j < num_tokens[i]; ++j, ++row) {
@@ -129,6 +135,10 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
     }
     if (i < num_decodes) {
       context_lens[i] = starts[i] + 1;
+      continue;
+    }
+    if (paged_prefill) {
+      chunks.push_back({i, row - num_tokens[i], num_tokens[i], starts[i]});
       continue;
     }
     Segment seg{row - num_tokens[i], num_tokens[i], starts[i], {}, {}};
@@ -159,6 +169,7 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
     auto qkv = lin(rms_norm(x, w[0], eps), w[1], 0);  // [T, (H + 2Hkv) D]
     rope_and_cache_write(qkv, rope_cos, rope_sin, positions, slots, k_cache, v_cache, s);
     if (num_decodes > 0) paged_decode_attention(qkv, k_cache, v_cache, tables, max_blocks, context_lens, attn, s);
+    if (!chunks.empty()) paged_prefill_attention(qkv, k_cache, v_cache, tables, max_blocks, chunks, attn, s);
     for (const auto& seg : segments)
       attn.narrow(0, seg.row, seg.n).view({seg.n, num_heads, head_dim})
           .copy_(segment_attention(qkv, seg, k_heads, v_heads, s));

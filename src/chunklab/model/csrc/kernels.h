@@ -24,6 +24,36 @@ inline int64_t slot_of(const int32_t* table, int64_t pos, int64_t block_size) {
 typedef float f16v __attribute__((vector_size(64)));
 typedef float f16v_u __attribute__((vector_size(64), aligned(4)));  // for unaligned loads/stores
 typedef int32_t i16v __attribute__((vector_size(64)));
+// 8 floats: one AVX2 register (the decode kernel's AVX2 path, panel_linear).
+typedef float f8v __attribute__((vector_size(32)));
+typedef float f8v_u __attribute__((vector_size(32), aligned(4)));
+typedef int32_t i8v __attribute__((vector_size(32)));
+
+inline f16v load16(const float* p) { return *reinterpret_cast<const f16v_u*>(p); }
+inline f16v vmax(f16v a, f16v b) { return a > b ? a : b; }
+
+template <int a0, int a1, int a2, int a3, int a4, int a5, int a6, int a7, int a8, int a9, int a10, int a11,
+          int a12, int a13, int a14, int a15>
+inline f16v pick(f16v x, f16v y) {
+  return __builtin_shuffle(x, y, i16v{a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15});
+}
+
+// The max (sum) of v's 16 lanes, in four shuffle steps rather than 15 lane extracts.
+inline float max_lanes(f16v v) {
+  v = vmax(v, pick<8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7>(v, v));
+  v = vmax(v, pick<4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11>(v, v));
+  v = vmax(v, pick<2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13>(v, v));
+  v = vmax(v, pick<1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14>(v, v));
+  return v[0];
+}
+
+inline float sum_lanes(f16v v) {
+  v += pick<8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7>(v, v);
+  v += pick<4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11>(v, v);
+  v += pick<2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13>(v, v);
+  v += pick<1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14>(v, v);
+  return v[0];
+}
 
 // exp(x), ~2 ulp over float range (Cephes' expf polynomial); exp(-87) ~ 1.6e-38 stands in
 // for exp(-inf) = 0. Plain arithmetic so it vectorises: a scalar libm call per element
@@ -70,6 +100,22 @@ at::Tensor silu_mul(const at::Tensor& gate_up);
 void paged_decode_attention(const at::Tensor& qkv, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const int32_t* tables, int64_t max_blocks, const std::vector<int64_t>& context_lens,
                             at::Tensor& out, const Shape& s);
+
+// A prefill chunk of sequence `seq` (its row of the block tables): batch rows [row, row + n)
+// at positions [start, start + n).
+struct PrefillChunk {
+  int64_t seq, row, n, start;
+};
+
+// Whether paged_prefill_attention takes this shape (else the caller runs SDPA).
+bool prefill_kernel_supports(const Shape& s);
+
+// Causal attention of each chunk's rows of qkv against positions [0, start + n) of its
+// sequence, read from the paged cache, which already holds this step's K/V (written by
+// rope_and_cache_write); writes the chunks' rows of out [T, H*D].
+void paged_prefill_attention(const at::Tensor& qkv, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                             const int32_t* tables, int64_t max_blocks, const std::vector<PrefillChunk>& chunks,
+                             at::Tensor& out, const Shape& s);
 
 // Small-batch linear layers (panel_linear.cpp): w [in, out] repacked once into column panels.
 at::Tensor pack_panels(const at::Tensor& w);

@@ -15,8 +15,6 @@ namespace chunklab {
 namespace {
 
 constexpr int64_t kPanel = 16;  // output columns per panel
-typedef float f8v __attribute__((vector_size(32)));
-typedef float f8v_u __attribute__((vector_size(32), aligned(4)));
 
 // Rows [0, R) of x (row stride K) against one panel [K, 16]; writes cols [0, cols) of y's rows.
 template <int R>
@@ -48,8 +46,10 @@ at::Tensor pack_panels(const at::Tensor& w) {
   TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kFloat, "pack_panels takes a float32 [in, out] weight");
   const int64_t K = w.size(0), N = w.size(1), P = (N + kPanel - 1) / kPanel;
   auto src = w.contiguous();
-  // at::empty's CPU allocator aligns to 64 bytes: every panel row is one aligned pair of f8v.
+  // Zeroed so the last panel's padding columns add nothing; the CPU allocator aligns to 64 bytes,
+  // so every panel row is one aligned pair of f8v (checked: the aligned loads rely on it).
   auto out = at::zeros({P, K, kPanel}, w.options());
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(out.data_ptr()) % 32 == 0, "pack_panels: panels not 32-byte aligned");
   const float* s = src.data_ptr<float>();
   float* o = out.data_ptr<float>();
   for (int64_t p = 0; p < P; ++p)
