@@ -27,7 +27,8 @@ def prefill_findings(split: pd.DataFrame) -> list[str]:
     c = chapter.PREFILL_SPLIT_MS
     out.append(f"- The chapter: 1 x 1536 = {c[1]} ms, 24 x 64 = {c[24]} ms ({c[24] / c[1]:.2f}x). Its one-pass "
                "prefill materialised the 1536 x 1536 score matrix; our `naive` path does the same and shows the "
-               "same inversion, while fused SDPA (no score matrix) makes one pass the fastest way to prefill. "
+               "same inversion, while the fused paths (the paged kernel and SDPA, neither of which materialises the "
+               "score matrix) make one pass the fastest way to prefill. "
                "Splitting is faster only for an attention that materialises its scores: the chapter's "
                "'chunking is a faster way to prefill' is a finding about its attention kernel, not about chunking.")
     return out
