@@ -56,10 +56,10 @@ def _hwm_kb(pid: int) -> int:
     return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
 
 
-# before / after issue 19: the fused forward with every linear layer through MKL and prefill
-# chunks through ATen's SDPA, and with this machine's probed GEMM library per batch size
-# (model/linear_library.py) and the paged prefill kernel (model/csrc/prefill_attention.cpp)
-PATHS = {"mkl": EngineConfig(linear_library="mkl", prefill_attention="sdpa"), "probed": EngineConfig()}
+# before / after issue 19, the same two engines the vLLM comparison runs (peers/compare.py): every
+# linear layer through MKL and prefill chunks through ATen's SDPA, and this machine's probed GEMM
+# library per batch size (model/linear_library.py) with the paged prefill kernel
+PATHS = {"mkl": compare.VARIANTS["before"], "probed": compare.VARIANTS["after"]}
 BEFORE, AFTER = "before (MKL linear, SDPA prefill)", "after (probed linear, paged prefill)"
 
 
