@@ -60,7 +60,7 @@ def _hwm_kb(pid: int) -> int:
 # linear layer through MKL and prefill chunks through ATen's SDPA, and this machine's probed GEMM
 # library per batch size (model/linear_library.py) with the paged prefill kernel
 PATHS = {"mkl": compare.VARIANTS["before"], "probed": compare.VARIANTS["after"]}
-BEFORE, AFTER = "before (MKL linear, SDPA prefill)", "after (probed linear, paged prefill)"
+BEFORE, AFTER = f"before ({compare.BEFORE_LABEL})", f"after ({compare.AFTER_LABEL})"
 
 
 def row(name, value, unit, goal, goal_text, how, before=None):

@@ -5,7 +5,7 @@ into .cache/torch_extensions/<cpu tag>/<name>/, the name a digest of the sources
 and flags; later processes import that .so directly, whatever the checkout's path
 (cpp_extension itself would rebuild when the same sources sit at another path).
 `make setup` builds it, so tests and runs do not pay the build. The build is for
-this CPU (-march=native): the tag keeps machines that share a checkout apart.
+this CPU (-march=native, or CHUNKLAB_MARCH): the tag keeps machines that share a checkout apart.
 """
 from __future__ import annotations
 
@@ -26,7 +26,11 @@ CSRC = Path(__file__).parent / "csrc"
 SOURCES = ("fused_forward.cpp", "elementwise.cpp", "decode_attention.cpp", "prefill_attention.cpp",
            "panel_linear.cpp")
 PREFILL_ATTENTION = ("sdpa", "paged")  # the C++ side's order
-CFLAGS = ["-O3", "-march=native", "-fopenmp", "-fopenmp-simd"]
+# -march=native: this CPU's own vector paths. CHUNKLAB_MARCH names another target, e.g. x86-64-v3
+# (AVX2, no AVX-512), so that one machine builds and tests the kernels of a smaller CPU too
+# (tests/test_kernel_isa.py); the flags are part of the build's name, so the builds sit apart.
+MARCH = os.environ.get("CHUNKLAB_MARCH", "native")
+CFLAGS = ["-O3", f"-march={MARCH}", "-fopenmp", "-fopenmp-simd"]
 
 
 class NativeUnavailable(RuntimeError):

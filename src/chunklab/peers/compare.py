@@ -27,7 +27,9 @@ from chunklab.workload import make_requests
 # before issue 19: every linear layer through MKL, prefill chunks through ATen's SDPA; after: the
 # defaults (this machine's probed GEMM library per batch size, the paged prefill kernel)
 VARIANTS = {"before": EngineConfig(linear_library="mkl", prefill_attention="sdpa"), "after": EngineConfig()}
-BEFORE_COLUMN = "chunklab before (MKL, SDPA prefill)"
+# the labels every table and sentence uses for the two (perf.csv, perf_vs_vllm.csv, the REPORT)
+BEFORE_LABEL, AFTER_LABEL = "MKL linear, SDPA prefill", "probed linear, paged prefill"
+BEFORE_COLUMN = f"chunklab before ({BEFORE_LABEL})"
 
 
 def latency(records) -> dict[str, float]:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from chunklab.peers.compare import BEFORE_COLUMN
+from chunklab.peers.compare import AFTER_LABEL, BEFORE_COLUMN, BEFORE_LABEL
 
 
 def peer_findings(outputs: Path) -> list[str]:
@@ -16,7 +16,7 @@ def peer_findings(outputs: Path) -> list[str]:
     change = df["chunklab after"] / df[BEFORE_COLUMN]
     faster = df["unit"].eq("tok/s")
     gain = (change.where(faster, 1 / change) - 1) * 100  # positive: after is better
-    lines = [f"Before (MKL linear, SDPA prefill) and after (the probed GEMM library, the paged prefill kernel; "
+    lines = [f"Before ({BEFORE_LABEL}) and after ({AFTER_LABEL}; "
              f"MEASURED, same run): after is better in "
              f"{int((gain > 0).sum())} of {len(df)} measurements (median {gain.median():+.0f}%, "
              f"range {gain.min():+.0f}% to {gain.max():+.0f}%)."]

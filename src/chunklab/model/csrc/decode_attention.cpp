@@ -108,9 +108,7 @@ void decode_item_vec(const float* q_row, int64_t G, const Pool& pool, const int3
 }
 
 #ifdef CHUNKLAB_DECODE_AVX2
-inline __m256 exp8(__m256 x) {
-  return (__m256)exp_poly<f8v, i8v>((f8v)x, f8v{} - 87.0f, f8v{} + 88.0f);  // same bits, GCC vector casts
-}
+inline __m256 exp8(__m256 x) { return (__m256)chunklab::exp8((f8v)x); }  // same bits, GCC vector casts
 
 // Lane j of the result = the sum of t[j]'s 8 lanes (two hadd levels, then the 128-bit halves).
 inline __m256 sum_lanes8(const __m256* t) {

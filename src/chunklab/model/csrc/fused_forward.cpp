@@ -184,7 +184,19 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
   return rms_norm(x, weights.back(), eps);
 }
 
+// The vector paths this build compiled (the attention kernels pick theirs at compile time).
+std::string vector_isa() {
+#if defined(__AVX512F__)
+  return "avx512";
+#elif defined(__AVX2__) && defined(__FMA__)
+  return "avx2";
+#else
+  return "generic";
+#endif
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("vector_isa", &vector_isa, "avx512, avx2 or generic: the vector paths this build's kernels take");
   m.def("forward", &forward, "TinyGPT forward over a paged KV pool (float32, CPU)");
   m.def("pack_panels", &pack_panels, "a [in, out] float32 weight in panel_linear's packed form");
   m.def("panel_linear", &panel_linear, "x @ w for a few rows of x, w in pack_panels' form (out_features given)");

@@ -77,6 +77,29 @@ inline V exp_poly(V x, V lo, V hi) {
 }
 
 inline f16v exp16(f16v x) { return exp_poly<f16v, i16v>(x, f16v{} - 87.0f, f16v{} + 88.0f); }
+inline f8v exp8(f8v x) { return exp_poly<f8v, i8v>(x, f8v{} - 87.0f, f8v{} + 88.0f); }
+
+// The max (sum) of an 8-lane vector's lanes, in three shuffle steps (AVX2 paths).
+inline f8v vmax(f8v a, f8v b) { return a > b ? a : b; }
+
+template <int a0, int a1, int a2, int a3, int a4, int a5, int a6, int a7>
+inline f8v pick(f8v x) {
+  return __builtin_shuffle(x, i8v{a0, a1, a2, a3, a4, a5, a6, a7});
+}
+
+inline float max_lanes(f8v v) {
+  v = vmax(v, pick<4, 5, 6, 7, 0, 1, 2, 3>(v));
+  v = vmax(v, pick<2, 3, 0, 1, 6, 7, 4, 5>(v));
+  v = vmax(v, pick<1, 0, 3, 2, 5, 4, 7, 6>(v));
+  return v[0];
+}
+
+inline float sum_lanes(f8v v) {
+  v += pick<4, 5, 6, 7, 0, 1, 2, 3>(v);
+  v += pick<2, 3, 0, 1, 6, 7, 4, 5>(v);
+  v += pick<1, 0, 3, 2, 5, 4, 7, 6>(v);
+  return v[0];
+}
 
 inline float exp1(float x) {
   const f16v v = exp16(f16v{} + x);

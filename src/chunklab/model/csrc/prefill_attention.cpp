@@ -43,23 +43,11 @@ typedef f16v Vec;
 typedef i16v IVec;
 constexpr int64_t kLanes = 16, kAccVectors = 16;
 inline Vec vexp(Vec x) { return exp16(x); }
-inline float hmax(Vec v) { return max_lanes(v); }
-inline float hsum(Vec v) { return sum_lanes(v); }
 #else
 typedef f8v Vec;
 typedef i8v IVec;
 constexpr int64_t kLanes = 8, kAccVectors = 8;
-inline Vec vexp(Vec x) { return exp_poly<f8v, i8v>(x, f8v{} - 87.0f, f8v{} + 88.0f); }
-inline float hmax(Vec v) {
-  float m = v[0];
-  for (int i = 1; i < 8; ++i) m = std::max(m, v[i]);
-  return m;
-}
-inline float hsum(Vec v) {
-  float s = v[0];
-  for (int i = 1; i < 8; ++i) s += v[i];
-  return s;
-}
+inline Vec vexp(Vec x) { return exp8(x); }
 #endif
 typedef float VecU __attribute__((vector_size(sizeof(Vec)), aligned(4)));
 constexpr int64_t kTile = kLanes;  // keys per tile: one vector of scores per row
@@ -142,7 +130,7 @@ void attend_rows(const float* const* q_rows, float* const* out_rows, const int64
         const Vec x = *reinterpret_cast<const Vec*>(p[r][t]);
         mx = mx > x ? mx : x;
       }
-      const float new_max = std::max(m[r], hmax(mx));  // finite: key 0 precedes every row
+      const float new_max = std::max(m[r], max_lanes(mx));  // finite: key 0 precedes every row
       if (new_max > m[r]) {  // rescale what is summed so far (~0 on the first tile: m = -inf)
         const float correction = exp1(m[r] - new_max);
         l[r] *= correction;
@@ -166,7 +154,7 @@ void attend_rows(const float* const* q_rows, float* const* out_rows, const int64
   }
   for (int64_t r = 0; r < kR; ++r) {
     if (out_rows[r] == nullptr) continue;
-    const float inv = 1.f / hsum(l[r]);
+    const float inv = 1.f / sum_lanes(l[r]);
     for (int64_t c = 0; c < kDV; ++c) *reinterpret_cast<VecU*>(out_rows[r] + c * kLanes) = acc[r][c] * inv;
   }
 }
