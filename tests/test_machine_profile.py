@@ -63,6 +63,18 @@ def test_auto_calibrates_this_machine_once_then_reuses_it(tmp_path, monkeypatch,
     assert (steps["f_tokens"] == steps["num_decode_tokens"] + steps["num_prefill_tokens"]).all()
 
 
+def test_a_simulated_run_asking_for_this_machines_profile_calibrates_the_real_engine(tmp_path, monkeypatch):
+    """workload.load resolves capacity by simulation with this machine's profile: on a machine with
+    none yet, that simulated config is what asks for the calibration (a fresh clone's first run)."""
+    from chunklab.calibration.machine import ensure_machine_profile
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    cfg = compose_run_config(SMALL + ["engine.executor=simulated"])
+    doc = json.loads(ensure_machine_profile(cfg.model, cfg.engine).read_text())
+    assert doc["conditions"]["forward_path"].startswith(("fused", "eager"))  # measured, not predicted
+    assert doc["fingerprint"] == fingerprint(cfg.model, cfg.engine)
+
+
 def test_a_profile_of_another_machine_is_used_with_one_line_naming_both(tmp_path, monkeypatch, capfd):
     from chunklab.app import run_experiment
 
