@@ -29,6 +29,7 @@ def sweep(workload: str, p: dict, sim: dict) -> tuple[dict, pd.DataFrame]:
            f"workload={workload}", f"workload.num_requests={sim['num_requests']}", f"workload.load={p['load']}",
            f"workload.seed={p['seed']}", f"hydra.sweeper.n_trials={p['n_trials']}",
            f"hydra.sweeper.sampler.seed={p['seed']}", f"hydra.sweep.dir={sweep_dir}", *sim["overrides"], "-m"]
+    # dvc runs this stage under scripts/exact.sh: TPE's arithmetic, and so its trials, the same on any CPU
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     best = yaml.safe_load((sweep_dir / "best_config.yaml").read_text())
     best.pop("sweep_dir", None)  # a local path: not part of the result

@@ -220,3 +220,34 @@ def test_a_real_run_without_a_matching_profile_says_so(tmp_path):
                                              "engine.profile=outputs/profiles/cpu.json"]), tmp_path)  # TinyGPT's
     assert "noisy_steps_share" not in out.summary
     assert json.loads((tmp_path / "summary.json").read_text())["noise_guard"].startswith("off: engine.profile=")
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        return set(next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")).split())
+    except (OSError, StopIteration):
+        return set()
+
+
+@pytest.mark.slow  # two 15-trial Optuna sweeps of 2,000 simulated requests a trial (~25 s each on 2 cores)
+def test_the_tuning_sweep_reproduces_the_committed_trials_whichever_blas_kernels_this_cpu_picks(tmp_path):
+    """Optuna's TPE goes through numpy and OpenBLAS, whose vector paths depend on the CPU; on an
+    Intel Xeon its own (SkylakeX) kernels turned ch10_mixed's 15th trial into another setting
+    than the AMD EPYCs that made the committed trials. The sim_* stages run under
+    scripts/exact.sh, so whatever this CPU's libraries would pick, the trials are the committed ones."""
+    import pandas as pd
+
+    flags = _cpu_flags()
+    if not {"avx2", "fma"} <= flags:
+        pytest.skip("scripts/exact.sh pins OpenBLAS's Haswell kernels, which need AVX2 and FMA")
+    committed = pd.read_csv(ROOT / "outputs" / "simulated" / "tuning" / "trials.csv")
+    expected = committed[committed["workload"] == "ch10_mixed"].head(15).reset_index(drop=True)
+    sweep = ("import sys; sys.path.insert(0, 'pipelines'); from pathlib import Path; import sim_tuning; "
+             f"sim_tuning.RUNS = Path({str(tmp_path)!r}); "
+             "_, t = sim_tuning.sweep('ch10_mixed', sim_tuning.params('sim_tuning') | {'n_trials': 15}, "
+             "sim_tuning.params('sim')); t.to_csv(sys.argv[1], index=False, float_format='%.6g')")  # as the stage writes
+    for kernels in ("SkylakeX" if "avx512f" in flags else "Prescott", "Haswell"):  # what a CPU's OpenBLAS might pick
+        out = tmp_path / f"trials_{kernels}.csv"
+        env = os.environ | {"OPENBLAS_CORETYPE": kernels, "NPY_DISABLE_CPU_FEATURES": ""}
+        subprocess.run(["scripts/exact.sh", sys.executable, "-c", sweep, str(out)], cwd=ROOT, env=env, check=True)
+        pd.testing.assert_frame_equal(pd.read_csv(out), expected, obj=f"trials ({kernels})")
