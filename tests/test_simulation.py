@@ -251,3 +251,22 @@ def test_the_tuning_sweep_reproduces_the_committed_trials_whichever_blas_kernels
         env = os.environ | {"OPENBLAS_CORETYPE": kernels, "NPY_DISABLE_CPU_FEATURES": ""}
         subprocess.run(["scripts/exact.sh", sys.executable, "-c", sweep, str(out)], cwd=ROOT, env=env, check=True)
         pd.testing.assert_frame_equal(pd.read_csv(out), expected, obj=f"trials ({kernels})")
+
+
+def test_exact_sh_holds_numpy_and_openblas_to_one_vector_path_whatever_the_caller_asks():
+    """The exact stages' wrapper (dvc.yaml): numpy's AVX-512 loops off, OpenBLAS on one thread with
+    its Haswell kernels, even when the caller's environment asks for others."""
+    probe = ("import json, numpy; from threadpoolctl import threadpool_info; "
+             "from numpy._core._multiarray_umath import __cpu_features__ as f; "
+             "print(json.dumps({'blas': [(i['internal_api'], i['architecture'], i['num_threads']) "
+             "for i in threadpool_info() if i['user_api'] == 'blas'], 'v4': f.get('X86_V4', False)}))")
+    env = os.environ | {"OPENBLAS_CORETYPE": "SkylakeX", "OPENBLAS_NUM_THREADS": "2", "NPY_DISABLE_CPU_FEATURES": ""}
+    run = subprocess.run(["scripts/exact.sh", sys.executable, "-c", probe], cwd=ROOT, env=env,
+                         capture_output=True, text=True, check=True)
+    seen = json.loads(run.stdout.splitlines()[-1])
+    assert seen["v4"] is False  # numpy's AVX-512 (x86-64-v4) loops are off, or this CPU has none
+    assert seen["blas"] and all(threads == 1 for _, _, threads in seen["blas"])
+    if {"avx2", "fma"} <= _cpu_flags():
+        assert all(arch == "Haswell" for api, arch, _ in seen["blas"] if api == "openblas"), seen
+    else:
+        assert "lacks AVX2/FMA" in run.stderr
