@@ -73,3 +73,12 @@ def mlflow_server(home: Path):
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
+
+
+def cpu_flags() -> set[str]:
+    """This CPU's feature flags from /proc/cpuinfo (empty where there is none)."""
+    try:
+        line = next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags"))
+    except (OSError, StopIteration):
+        return set()
+    return set(line.split(":", 1)[1].split())

@@ -15,16 +15,9 @@ from pathlib import Path
 import pytest
 
 from chunklab.model import native
+from helpers import cpu_flags
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        line = next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags"))
-    except (OSError, StopIteration):
-        return set()
-    return set(line.split(":", 1)[1].split())
 
 
 def _native_isa() -> str:
@@ -35,7 +28,7 @@ def _native_isa() -> str:
 
 
 def test_the_native_build_takes_this_cpus_widest_path():
-    flags = _cpu_flags()
+    flags = cpu_flags()
     if platform.machine() != "x86_64" or not flags:
         pytest.skip("an x86-64 CPU with /proc/cpuinfo")
     expected = "avx512" if "avx512f" in flags else "avx2" if {"avx2", "fma"} <= flags else "generic"
@@ -46,7 +39,7 @@ def test_the_native_build_takes_this_cpus_widest_path():
 @pytest.mark.parametrize("march, isa, needs", [("x86-64-v3", "avx2", {"avx2", "fma"}),
                                                ("x86-64-v2", "generic", {"sse4_2"})])
 def test_a_smaller_cpus_kernels_pass_the_fused_tests(march, isa, needs):
-    if platform.machine() != "x86_64" or not needs <= _cpu_flags():
+    if platform.machine() != "x86_64" or not needs <= cpu_flags():
         pytest.skip(f"this CPU cannot run -march={march}")
     if _native_isa() == isa:
         pytest.skip(f"the default suite already tests the {isa} path on this CPU")

@@ -19,7 +19,7 @@ from chunklab.engine.sequence import Request, Sequence
 from chunklab.engine.step_shape import FEATURES, Segment, StepShape
 from chunklab.experiments.compose import compose_run_config
 from chunklab.metrics.summary import noise_guard
-from helpers import MICRO
+from helpers import MICRO, cpu_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -222,13 +222,6 @@ def test_a_real_run_without_a_matching_profile_says_so(tmp_path):
     assert json.loads((tmp_path / "summary.json").read_text())["noise_guard"].startswith("off: engine.profile=")
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        return set(next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")).split())
-    except (OSError, StopIteration):
-        return set()
-
-
 @pytest.mark.slow  # two 15-trial Optuna sweeps of 2,000 simulated requests a trial (~25 s each on 2 cores)
 def test_the_tuning_sweep_reproduces_the_committed_trials_whichever_blas_kernels_this_cpu_picks(tmp_path):
     """Optuna's TPE goes through numpy and OpenBLAS, whose vector paths depend on the CPU; on an
@@ -237,7 +230,7 @@ def test_the_tuning_sweep_reproduces_the_committed_trials_whichever_blas_kernels
     scripts/exact.sh, so whatever this CPU's libraries would pick, the trials are the committed ones."""
     import pandas as pd
 
-    flags = _cpu_flags()
+    flags = cpu_flags()
     if not {"avx2", "fma"} <= flags:
         pytest.skip("scripts/exact.sh pins OpenBLAS's Haswell kernels, which need AVX2 and FMA")
     committed = pd.read_csv(ROOT / "outputs" / "simulated" / "tuning" / "trials.csv")
@@ -266,7 +259,7 @@ def test_exact_sh_holds_numpy_and_openblas_to_one_vector_path_whatever_the_calle
     seen = json.loads(run.stdout.splitlines()[-1])
     assert seen["v4"] is False  # numpy's AVX-512 (x86-64-v4) loops are off, or this CPU has none
     assert seen["blas"] and all(threads == 1 for _, _, threads in seen["blas"])
-    if {"avx2", "fma"} <= _cpu_flags():
+    if {"avx2", "fma"} <= cpu_flags():
         assert all(arch == "Haswell" for api, arch, _ in seen["blas"] if api == "openblas"), seen
     else:
         assert "lacks AVX2/FMA" in run.stderr

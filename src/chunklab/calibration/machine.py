@@ -51,8 +51,7 @@ def ensure_machine_profile(model: ModelConfig, engine: EngineConfig) -> Path:
     print(f"chunklab: engine.profile=auto: no profile of this machine for {model.name} "
           f"({describe(fingerprint(model, engine))}) in {path.parent}: calibrating it now (once; about three "
           "minutes for TinyGPT on 2 cores)", file=sys.stderr)
-    # the real engine, whoever asks: a simulated run's capacity (workload.load) needs this machine's profile too
-    cfg = RunConfig(model=model, engine=dataclasses.replace(engine, profile=AUTO, executor="torch"))
+    cfg = RunConfig(model=model, engine=dataclasses.replace(engine, profile=AUTO))
     write_profile(calibrate(cfg, settings, show_progress=None).profile, path)
     return path
 

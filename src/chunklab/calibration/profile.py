@@ -59,7 +59,9 @@ class Calibration:
 
 
 def calibrate(cfg: RunConfig, s: CalibrationSettings, show_progress: bool | None = False) -> Calibration:
-    """show_progress None: a progress bar on a terminal only (tqdm's rule)."""
+    """show_progress None: a progress bar on a terminal only (tqdm's rule). Always measures the real
+    engine, whoever asks: a simulated run's capacity search (workload.load) needs this machine's profile too."""
+    cfg = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, executor="torch"))
     shapes = calibration_shapes(s.seed, s.num_random_shapes, cfg.scheduler.max_num_seqs, cfg.model.max_seq_len)
     total = s.rounds * len(shapes) + len(REPLAYS) * s.replay_requests
     with tqdm(total=total, desc="calibrating", unit="step", disable=not show_progress, leave=False) as bar:
