@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from chunklab.config import EngineConfig, TinyGPTConfig
 from chunklab.engine.model_runner import ModelRunner
-from chunklab.model import native
+from chunklab.model import kv_layout, native
 from chunklab.model.attention import AttentionMetadata, DecodeBatch, PrefillSegment
 from chunklab.model.linear_library import LinearPlan
 from chunklab.model.tiny_gpt import TinyGPT
@@ -22,9 +22,12 @@ def tiny():
     return TinyGPT.from_seed(TinyGPTConfig(), seed=0)
 
 
-def _pool(cfg, num_blocks=256):
-    shape = (cfg.num_layers, num_blocks * BLOCK, cfg.num_kv_heads, cfg.head_dim)
-    return torch.zeros(shape), torch.zeros(shape)
+def _history(cfg, seed, num_blocks=256, block=BLOCK):
+    """A slot-major pool (the eager model's layout) with random, non-zero history in every slot."""
+    kv = kv_layout.slot_major_pool(cfg.num_layers, num_blocks, block, cfg.num_kv_heads, cfg.head_dim)
+    for t in kv:
+        t.copy_(torch.randn(t.shape, generator=torch.Generator().manual_seed(seed)))
+    return kv
 
 
 def _tables(num_seqs, num_blocks, pool_blocks=256, seed=0):
@@ -33,9 +36,20 @@ def _tables(num_seqs, num_blocks, pool_blocks=256, seed=0):
     return perm[:num_seqs * num_blocks].view(num_seqs, num_blocks).to(torch.int32)
 
 
-def _slots(table_row, start, end):
+def _slots(table_row, start, end, block=BLOCK):
     pos = torch.arange(start, end)
-    return table_row.long()[pos // BLOCK] * BLOCK + pos % BLOCK
+    return table_row.long()[pos // block] * block + pos % block
+
+
+def test_the_layouts_convert_both_ways():
+    """Slot s = block * bs + offset of head h lands at k[l, block, h, :, offset] and v[l, block, h, offset]."""
+    k, v = _history(dataclasses.replace(MICRO, num_kv_heads=2), seed=3, num_blocks=5, block=8)
+    kb, vb = kv_layout.to_blocked((k, v), 8)
+    assert kb.shape == (MICRO.num_layers, 5, 2, MICRO.head_dim, 8) and vb.shape == (MICRO.num_layers, 5, 2, 8, 16)
+    torch.testing.assert_close(kb[1, 3, 1, :, 5], k[1, 3 * 8 + 5, 1], rtol=0, atol=0)
+    torch.testing.assert_close(vb[1, 3, 1, 5], v[1, 3 * 8 + 5, 1], rtol=0, atol=0)
+    back = kv_layout.to_slot_major((kb, vb))
+    assert torch.equal(back[0], k) and torch.equal(back[1], v)
 
 
 # Every GEMM library the fused forward can route its linear layers through (model/linear_library.py).
@@ -52,7 +66,8 @@ def test_prompt_then_decode_logits_match_llama(tiny, library):
     prompt, new = 333, 4
     ids = torch.randint(0, 260, (prompt + new,), generator=torch.Generator().manual_seed(2))
     ref = to_llama(tiny)(ids[None]).logits[0]
-    table, kv, got = _tables(1, 22), _pool(tiny.cfg), []
+    c = tiny.cfg
+    table, kv, got = _tables(1, 22), kv_layout.blocked_pool(c.num_layers, 256, BLOCK, c.num_kv_heads, c.head_dim), []
     for start in range(0, prompt, 64):  # chunks through the paged cache, then one token at a time
         end = min(prompt, start + 64)
         got.append(tiny.logits(fused(ids[start:end], table, [start], [end - start], 0, kv)))
@@ -61,15 +76,16 @@ def test_prompt_then_decode_logits_match_llama(tiny, library):
     torch.testing.assert_close(torch.cat(got), ref, atol=1e-4, rtol=0)
 
 
-def _eager_mixed_step(model, ids, table, contexts, chunk, kv):
+def _eager_mixed_step(model, ids, table, contexts, chunk, kv, block=BLOCK):
     """The eager model on one mixed step: decodes at `contexts`, then one chunk (start, n)."""
     B = len(contexts)
     width = max(contexts) + 1
-    dec_slots = torch.stack([F.pad(_slots(table[b], 0, c + 1), (0, width - c - 1)) for b, c in enumerate(contexts)])
+    dec_slots = torch.stack([F.pad(_slots(table[b], 0, c + 1, block), (0, width - c - 1))
+                             for b, c in enumerate(contexts)])
     valid = torch.arange(max(contexts) + 1)[None, :] <= torch.tensor(contexts)[:, None]
-    new_slots = torch.stack([_slots(table[b], c, c + 1)[0] for b, c in enumerate(contexts)])
+    new_slots = torch.stack([_slots(table[b], c, c + 1, block)[0] for b, c in enumerate(contexts)])
     start, n = chunk
-    seg_slots = _slots(table[B], 0, start + n)
+    seg_slots = _slots(table[B], 0, start + n, block)
     meta = AttentionMetadata(torch.cat([new_slots, seg_slots[start:]]), DecodeBatch.build(dec_slots, valid),
                              [PrefillSegment.build(B, B + n, start + n, seg_slots if start else None)])
     positions = torch.cat([torch.tensor(contexts), torch.arange(start, start + n)])
@@ -90,17 +106,32 @@ def test_mixed_step_matches_the_eager_model(shape, chunk, library, prefill_atten
     cfg = dataclasses.replace(MICRO, dtype="float32", **shape)
     model = TinyGPT.from_seed(cfg, seed=4)
     contexts = [0, 15, 16, 40, 77]  # decode positions: block edges, first token, a few blocks in
-    table = _tables(len(contexts) + 1, 8, seed=1)
-    kv_eager, kv_fused = _pool(cfg), _pool(cfg)
-    for t in (*kv_eager, *kv_fused):  # identical, non-zero history in every slot
-        t.copy_(torch.randn(t.shape, generator=torch.Generator().manual_seed(5)))
+    _check_mixed_step(model, contexts, chunk, library, prefill_attention, BLOCK)
+
+
+def _check_mixed_step(model, contexts, chunk, library, prefill_attention, block):
+    """The fused forward against the eager model on one mixed step over the same history: the same
+    hidden states and the same cache writes (the fused pool is blocked, the eager one slot-major)."""
+    table = _tables(len(contexts) + 1, -(-(max(contexts + [sum(chunk)]) + 1) // block), seed=1)
+    kv_eager = _history(model.cfg, seed=5, block=block)
+    kv_fused = kv_layout.to_blocked(kv_eager, block)
     n = len(contexts) + chunk[1]
     ids = torch.randint(0, 260, (n,), generator=torch.Generator().manual_seed(6))
-    want = _eager_mixed_step(model, ids, table, contexts, chunk, kv_eager)
-    fused = native.FusedForward(model, BLOCK, LinearPlan.single(library), prefill_attention)
+    want = _eager_mixed_step(model, ids, table, contexts, chunk, kv_eager, block)
+    fused = native.FusedForward(model, block, LinearPlan.single(library), prefill_attention)
     got = fused(ids, table, contexts + [chunk[0]], [1] * len(contexts) + [chunk[1]], len(contexts), kv_fused)
     torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
-    torch.testing.assert_close(kv_fused[0], kv_eager[0], atol=1e-6, rtol=1e-5)  # same cache writes
+    for written, expected in zip(kv_layout.to_slot_major(kv_fused), kv_eager):  # same cache writes, K and V
+        torch.testing.assert_close(written, expected, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("block", [8, 32])  # 8: under a 16-float vector (AVX-512 takes 8-float ones); 32: 2 per block
+@pytest.mark.parametrize("shape", [dict(), dict(num_heads=8, num_kv_heads=2, head_dim=32, d_model=128)])
+@pytest.mark.parametrize("prefill_attention", ["paged", "sdpa"])
+@torch.inference_mode()
+def test_other_block_sizes_match_the_eager_model(block, shape, prefill_attention):
+    model = TinyGPT.from_seed(dataclasses.replace(MICRO, dtype="float32", **shape), seed=4)
+    _check_mixed_step(model, [0, 7, 8, 40, 77], (53, 29), "mkl", prefill_attention, block)
 
 
 @pytest.mark.parametrize("shape", [
@@ -118,9 +149,7 @@ def test_paged_prefill_attention_matches_sdpa_on_a_busy_step(shape):
     model = TinyGPT.from_seed(cfg, seed=4)
     contexts, chunks = [3, 70], [(0, 37), (53, 29), (200, 1)]
     table = _tables(len(contexts) + len(chunks), 14, seed=2)
-    history = _pool(cfg)
-    for t in history:
-        t.copy_(torch.randn(t.shape, generator=torch.Generator().manual_seed(7)))
+    history = kv_layout.to_blocked(_history(cfg, seed=7), BLOCK)
     n = len(contexts) + sum(c[1] for c in chunks)
     ids = torch.randint(0, 260, (n,), generator=torch.Generator().manual_seed(8))
     starts, num_tokens = contexts + [c[0] for c in chunks], [1] * len(contexts) + [c[1] for c in chunks]

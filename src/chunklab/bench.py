@@ -80,11 +80,14 @@ ATTENTIONS = ("paged", "sdpa", "naive")
 
 
 def set_attention(executor, impl: str) -> None:
-    """Points an engine's ModelRunner at one of ATTENTIONS for its next steps."""
+    """Points an engine's ModelRunner at one of ATTENTIONS for its next steps. naive runs on the
+    eager path only (its engine built with model.attention=naive); paged and sdpa on either."""
     from chunklab.model.native import PREFILL_ATTENTION
 
     if impl not in ATTENTIONS:
         raise ValueError(f"attention {impl!r}: expected one of {', '.join(ATTENTIONS)}")
+    if (impl == "naive") != (executor.fused is None):
+        raise ValueError(f"attention {impl!r} cannot run on the {executor.forward_path} path")
     executor.attention_impl = "naive" if impl == "naive" else "sdpa"
     if executor.fused is not None:
         executor.fused.prefill_attention = PREFILL_ATTENTION.index("sdpa" if impl == "sdpa" else "paged")
@@ -98,15 +101,20 @@ def prefill_split(model: ModelConfig, configs: list[tuple[str, int]], prompt_tok
                   repeats: int, engine_cfg: EngineConfig = EngineConfig()) -> dict[tuple[str, int], list[float]]:
     """Seconds to prefill one prompt for each (attention, chunk tokens) configuration (ATTENTIONS).
 
-    One engine (one copy of the weights and of the KV pool) serves every
-    configuration, and configurations are interleaved round by round after a
-    warm-up of each, so caches and slow drift of this shared machine hit all alike.
+    One engine serves paged and sdpa (naive, an eager-only ablation, gets its own: the two
+    paths keep their KV pools in different layouts), and configurations are interleaved
+    round by round after a warm-up of each, so caches and slow drift of this shared
+    machine hit all alike.
     """
-    engine = make_engine(model, engine_cfg, budget=max(c for _, c in configs), max_num_seqs=1)
+    budget = max(c for _, c in configs)
+    engines = {naive: make_engine(dataclasses.replace(model, attention="naive") if naive else model, engine_cfg,
+                                  budget=budget, max_num_seqs=1)
+               for naive in {impl == "naive" for impl, _ in configs}}
     req = Request(0, 0.0, prompt_ids(0, 0, prompt_tokens, 256), 1)
     times = {c: [] for c in configs}
     for round_ in range(repeats + 1):
         for impl, chunk in configs:
+            engine = engines[impl == "naive"]
             set_attention(engine.executor, impl)
             engine.scheduler.cfg = dataclasses.replace(engine.scheduler.cfg, budget=chunk)
             t0 = time.perf_counter()

@@ -13,6 +13,7 @@ import torch
 from chunklab.config import ConfigError, EngineConfig, ModelConfig
 from chunklab.engine.scheduler import ScheduledChunk, StepPlan
 from chunklab.engine.sequence import Sequence
+from chunklab.model import kv_layout
 from chunklab.model.attention import AttentionMetadata, DecodeBatch, PrefillSegment
 from chunklab.model.tiny_gpt import TinyGPT
 
@@ -79,13 +80,14 @@ class ModelRunner:
         self.temperature = engine_cfg.temperature
         self.sampling_seed = engine_cfg.sampling_seed
         self.block_size = engine_cfg.block_size
-        cfg = self.model.cfg
-        shape = (cfg.num_layers, engine_cfg.num_blocks * engine_cfg.block_size, cfg.num_kv_heads, cfg.head_dim)
-        # kv pools: [L, num_slots, Hkv, D]; slot = block_id * block_size + offset
-        self.kv_cache = (torch.zeros(shape, dtype=self.dtype, device=self.device),
-                         torch.zeros(shape, dtype=self.dtype, device=self.device))
         self._block_offsets = torch.arange(self.block_size, device=self.device)
         self.fused, self.forward_path = self._fused_forward(engine_cfg)
+        # The KV pools, in the layout of the path that reads them (model/kv_layout.py): the fused
+        # forward's blocked one, or the eager model's slot-major one; the same bytes either way.
+        cfg = self.model.cfg
+        new_pool = kv_layout.slot_major_pool if self.fused is None else kv_layout.blocked_pool
+        self.kv_cache = new_pool(cfg.num_layers, engine_cfg.num_blocks, self.block_size, cfg.num_kv_heads,
+                                 cfg.head_dim, self.dtype, self.device)
 
     def _fused_forward(self, engine_cfg: EngineConfig):
         """The fused C++ forward when engine.compile is on and it can run here, else eager ops.
@@ -129,7 +131,7 @@ class ModelRunner:
                 rows.append(len(token_ids) - 1)
                 owners.append(c.seq)
         input_ids = torch.tensor(token_ids, device=self.device)
-        if self.fused is not None and self.attention_impl == "sdpa":  # naive attention: an eager-only ablation
+        if self.fused is not None:
             hidden = self._fused_hidden(input_ids, decodes, starts, chunks)
         else:
             meta, positions = self._metadata(decodes, starts, chunks)

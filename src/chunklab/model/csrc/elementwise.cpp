@@ -26,15 +26,25 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return out;
 }
 
+KVBlocks kv_blocks(at::Tensor& k_cache, at::Tensor& v_cache, const Shape& s) {
+  TORCH_CHECK(k_cache.dim() == 4 && k_cache.size(1) == s.Hkv && k_cache.size(2) == s.D &&
+                  k_cache.size(3) == s.block_size && k_cache.is_contiguous(),
+              "k pool: expected [num_blocks, ", s.Hkv, ", ", s.D, ", ", s.block_size, "] contiguous, got ",
+              k_cache.sizes());
+  TORCH_CHECK(v_cache.dim() == 4 && v_cache.size(0) == k_cache.size(0) && v_cache.size(1) == s.Hkv &&
+                  v_cache.size(2) == s.block_size && v_cache.size(3) == s.D && v_cache.is_contiguous(),
+              "v pool: expected [num_blocks, ", s.Hkv, ", ", s.block_size, ", ", s.D, "] contiguous, got ",
+              v_cache.sizes());
+  return {k_cache.data_ptr<float>(), v_cache.data_ptr<float>(), s.Hkv, s.D, s.block_size};
+}
+
 void rope_and_cache_write(at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,
                           const std::vector<int64_t>& positions, const std::vector<int64_t>& slots,
-                          at::Tensor& k_cache, at::Tensor& v_cache, const Shape& s) {
-  const int64_t T = qkv.size(0), W = qkv.size(1), half = s.D / 2, kv_row = s.Hkv * s.D;
+                          const KVBlocks& kv, const Shape& s) {
+  const int64_t T = qkv.size(0), W = qkv.size(1), half = s.D / 2, bs = s.block_size;
   float* base = qkv.data_ptr<float>();
   const float* cp = cos.data_ptr<float>();
   const float* sp = sin.data_ptr<float>();
-  float* kc = k_cache.data_ptr<float>();
-  float* vc = v_cache.data_ptr<float>();
   at::parallel_for(0, T, 32, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       float* row = base + t * W;
@@ -49,10 +59,36 @@ void rope_and_cache_write(at::Tensor& qkv, const at::Tensor& cos, const at::Tens
           x[i + half] = x2 * c[i + half] + x1 * sn[i + half];
         }
       }
-      std::copy(row + s.H * s.D, row + s.H * s.D + kv_row, kc + slots[t] * kv_row);
-      std::copy(row + (s.H + s.Hkv) * s.D, row + (s.H + s.Hkv) * s.D + kv_row, vc + slots[t] * kv_row);
+      const int64_t block = slots[t] / bs, offset = slots[t] % bs;
+      for (int64_t h = 0; h < s.Hkv; ++h) {
+        const float* k = row + (s.H + h) * s.D;
+        const float* v = row + (s.H + s.Hkv + h) * s.D;
+        float* kr = kv.k_run(block, h) + offset;  // column `offset` of [D][block_size]
+        for (int64_t d = 0; d < s.D; ++d) kr[d * bs] = k[d];
+        std::copy(v, v + s.D, kv.v_run(block, h) + offset * s.D);
+      }
     }
   });
+}
+
+std::pair<at::Tensor, at::Tensor> gather_context(const KVBlocks& kv, const int32_t* table, int64_t ctx) {
+  const int64_t D = kv.D, bs = kv.block_size;
+  auto k = at::empty({kv.Hkv, ctx, D}, at::kFloat), v = at::empty({kv.Hkv, ctx, D}, at::kFloat);
+  float* kp = k.data_ptr<float>();
+  float* vp = v.data_ptr<float>();
+  at::parallel_for(0, kv.Hkv * ((ctx + bs - 1) / bs), 4, [&](int64_t begin, int64_t end) {
+    const int64_t blocks = (ctx + bs - 1) / bs;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t h = i / blocks, b = i % blocks, n = std::min(bs, ctx - b * bs);
+      const float* kr = kv.k_run(table[b], h);
+      const float* vr = kv.v_run(table[b], h);
+      float* ko = kp + (h * ctx + b * bs) * D;
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t d = 0; d < D; ++d) ko[j * D + d] = kr[d * bs + j];
+      std::copy(vr, vr + n * D, vp + (h * ctx + b * bs) * D);
+    }
+  });
+  return {k, v};
 }
 
 at::Tensor silu_mul(const at::Tensor& gate_up) {

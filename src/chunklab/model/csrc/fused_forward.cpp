@@ -14,7 +14,8 @@
 //   first num_decodes of them one token each (decodes), the rest prefill chunks.
 //   block_tables [S, max_blocks] int32 (padding never read), starts [S] int64
 //   (tokens already in the cache), num_tokens [S] int64 (this step's tokens).
-//   k_pool, v_pool [L, num_slots, Hkv, D]; slot = block * block_size + offset.
+//   k_pool [L, num_blocks, Hkv, D, block_size], v_pool [L, num_blocks, Hkv, block_size, D]: per
+//   block and KV head, K transposed and V row by row (KVBlocks in kernels.h).
 //   weights: embed, then per layer (attn_norm, wqkv [C, (H+2Hkv)D], wo, mlp_norm,
 //   w_gate_up [C, 2F], w_down), then final_norm.  rope_cos/sin [max_seq, D].
 //   packed, panels: per layer (wqkv, wo, w_gate_up, w_down) prepacked for oneDNN and for
@@ -34,25 +35,23 @@ namespace {
 // A prefill chunk for SDPA: rows [row, row + n) at positions [start, start + n).
 struct Segment {
   int64_t row, n, start;
-  at::Tensor context_slots;  // [start + n] slots of positions 0.. (undefined for a first chunk)
-  at::Tensor mask;           // [n, start + n] additive, lower-right causal (with context_slots)
+  const int32_t* table;  // its sequence's block table (read for a chunk after a cached prefix)
+  at::Tensor mask;       // [n, start + n] additive, lower-right causal (undefined for a first chunk)
 };
 
-at::Tensor segment_attention(const at::Tensor& qkv, const Segment& seg, const at::Tensor& k_cache,
-                             const at::Tensor& v_cache, const Shape& s) {
+at::Tensor segment_attention(const at::Tensor& qkv, const Segment& seg, const KVBlocks& kv, const Shape& s) {
   const int64_t qd = s.H * s.D, kd = s.Hkv * s.D;
   auto rows = qkv.narrow(0, seg.row, seg.n);
   auto q = rows.narrow(1, 0, qd).view({seg.n, s.H, s.D}).transpose(0, 1).unsqueeze(0);  // [1, H, n, D]
   at::Tensor k, v;
-  if (seg.context_slots.defined()) {
-    k = k_cache.index_select(0, seg.context_slots);  // [ctx, Hkv, D]
-    v = v_cache.index_select(0, seg.context_slots);
+  if (seg.mask.defined()) {
+    std::tie(k, v) = gather_context(kv, seg.table, seg.start + seg.n);  // [Hkv, ctx, D]
   } else {
-    k = rows.narrow(1, qd, kd).view({seg.n, s.Hkv, s.D});
-    v = rows.narrow(1, qd + kd, kd).view({seg.n, s.Hkv, s.D});
+    k = rows.narrow(1, qd, kd).view({seg.n, s.Hkv, s.D}).transpose(0, 1);
+    v = rows.narrow(1, qd + kd, kd).view({seg.n, s.Hkv, s.D}).transpose(0, 1);
   }
-  k = k.transpose(0, 1).unsqueeze(0);  // [1, Hkv, ctx, D]
-  v = v.transpose(0, 1).unsqueeze(0);
+  k = k.unsqueeze(0);  // [1, Hkv, ctx, D]
+  v = v.unsqueeze(0);
   const bool causal = !seg.mask.defined();
   auto out = at::scaled_dot_product_attention(q, k, v, causal ? std::optional<at::Tensor>() : seg.mask, 0.0,
                                               causal, std::nullopt, /*enable_gqa=*/true);
@@ -109,8 +108,8 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
                    const std::vector<at::Tensor>& packed, const std::vector<at::Tensor>& panels,
                    int64_t library, int64_t prefill_attention) {
   TORCH_CHECK(input_ids.dim() == 1 && block_tables.scalar_type() == at::kInt, "bad metadata");
-  TORCH_CHECK(k_pool.scalar_type() == at::kFloat && k_pool.is_contiguous() && v_pool.is_contiguous(),
-              "the fused forward takes a contiguous float32 KV pool");
+  TORCH_CHECK(k_pool.scalar_type() == at::kFloat && v_pool.scalar_type() == at::kFloat && k_pool.dim() == 5,
+              "the fused forward takes a float32 KV pool [L, num_blocks, ...] (KVBlocks)");
   const Shape s{num_heads, num_kv_heads, head_dim, block_size};
   const int64_t L = k_pool.size(0), T = input_ids.size(0), S = static_cast<int64_t>(starts.size());
   const int64_t max_blocks = block_tables.size(1);
@@ -141,13 +140,9 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
       chunks.push_back({i, row - num_tokens[i], num_tokens[i], starts[i]});
       continue;
     }
-    Segment seg{row - num_tokens[i], num_tokens[i], starts[i], {}, {}};
+    Segment seg{row - num_tokens[i], num_tokens[i], starts[i], tables + i * max_blocks, {}};
     if (seg.start > 0) {
       const int64_t ctx = seg.start + seg.n;
-      seg.context_slots = at::empty({ctx}, at::kLong);
-      auto* cs = seg.context_slots.data_ptr<int64_t>();
-      for (int64_t p = 0; p < ctx; ++p)
-        cs[p] = slot_of(tables + i * max_blocks, p, block_size);
       auto allowed = at::ones({seg.n, ctx}, at::kBool).tril(seg.start);
       seg.mask = at::zeros({seg.n, ctx}, at::kFloat).masked_fill_(allowed.logical_not(), -INFINITY);
     }
@@ -164,15 +159,14 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
     auto lin = [=](const at::Tensor& in, const at::Tensor& weight, int i) {
       return linear(in, weight, lib, pk == nullptr ? nullptr : pk + i, pp == nullptr ? nullptr : pp + i);
     };
-    auto k_heads = k_pool[layer], v_heads = v_pool[layer];  // [num_slots, Hkv, D]
-    auto k_cache = k_heads.view({-1, num_kv_heads * head_dim}), v_cache = v_heads.view({-1, num_kv_heads * head_dim});
+    auto k_layer = k_pool[layer], v_layer = v_pool[layer];
+    const KVBlocks kv = kv_blocks(k_layer, v_layer, s);
     auto qkv = lin(rms_norm(x, w[0], eps), w[1], 0);  // [T, (H + 2Hkv) D]
-    rope_and_cache_write(qkv, rope_cos, rope_sin, positions, slots, k_cache, v_cache, s);
-    if (num_decodes > 0) paged_decode_attention(qkv, k_cache, v_cache, tables, max_blocks, context_lens, attn, s);
-    if (!chunks.empty()) paged_prefill_attention(qkv, k_cache, v_cache, tables, max_blocks, chunks, attn, s);
+    rope_and_cache_write(qkv, rope_cos, rope_sin, positions, slots, kv, s);
+    if (num_decodes > 0) paged_decode_attention(qkv, kv, tables, max_blocks, context_lens, attn, s);
+    if (!chunks.empty()) paged_prefill_attention(qkv, kv, tables, max_blocks, chunks, attn, s);
     for (const auto& seg : segments)
-      attn.narrow(0, seg.row, seg.n).view({seg.n, num_heads, head_dim})
-          .copy_(segment_attention(qkv, seg, k_heads, v_heads, s));
+      attn.narrow(0, seg.row, seg.n).view({seg.n, num_heads, head_dim}).copy_(segment_attention(qkv, seg, kv, s));
     if (lib == kMkl) {
       x = at::addmm(x, attn, w[2]);
       x = at::addmm(x, silu_mul(at::mm(rms_norm(x, w[3], eps), w[4])), w[5]);

@@ -7,9 +7,10 @@
 // (Zen 5, AVX-512, 2 threads), SDPA took 55% of a 1,536-token prefill at ~97 GFLOP/s.
 //
 // Two phases per call:
-//  1. Gather: each (chunk, KV head) copies its context's K transposed into tiles of kTile
-//     keys, [D][kTile], and its V into [kTile][D], from wherever the blocks lie: ~ctx * D * 2
-//     copies, against ctx * n * G * 4D FLOPs of attention.
+//  1. Gather: each (chunk, KV head) copies its context's K into tiles of kTile keys,
+//     [D][kTile] (the pool holds K transposed per block already: D runs of kTile floats),
+//     and its V into [kTile][D], from wherever the blocks lie: ~ctx * D * 2 copies, against
+//     ctx * n * G * 4D FLOPs of attention.
 //  2. Attend: a work item is kR query rows of one KV head: rows are (position, query head
 //     of the group), position-major, so the G heads that share a K/V row share its loads.
 //     Scores come out of broadcast-FMAs against the transposed tile (one FMA: a tile's keys
@@ -60,20 +61,28 @@ struct Gathered {
   const float* v;   // [tiles][kTile][D]
 };
 
-void gather(const float* k_cache, const float* v_cache, const int32_t* table, int64_t block_size,
-            int64_t kv_row, int64_t head_offset, int64_t D, int64_t ctx, int64_t tile, float* kt, float* v) {
-  for (int64_t j = 0; j < kTile; ++j) {
-    const int64_t pos = tile * kTile + j;
-    float* vr = v + j * D;
-    if (pos >= ctx) {
-      for (int64_t d = 0; d < D; ++d) kt[d * kTile + j] = vr[d] = 0.f;
-      continue;
+// Tile `tile` of head h's context [0, ctx): kt [D][kTile], v [kTile][D]; keys past ctx zero.
+// Where a tile lies inside one block (block_size a multiple of kTile, the usual case), its
+// K is D runs of kTile floats out of the block's [D][block_size] and its V one run.
+void gather(const KVBlocks& kv, const int32_t* table, int64_t h, int64_t ctx, int64_t tile, float* kt, float* v) {
+  const int64_t D = kv.D, bs = kv.block_size, first = tile * kTile, n = std::min<int64_t>(kTile, ctx - first);
+  if (bs % kTile == 0) {
+    const int64_t offset = first % bs;
+    const float* kr = kv.k_run(table[first / bs], h) + offset;
+    const float* vr = kv.v_run(table[first / bs], h) + offset * D;
+    for (int64_t d = 0; d < D; ++d) {
+      std::copy(kr + d * bs, kr + d * bs + n, kt + d * kTile);
+      std::fill(kt + d * kTile + n, kt + (d + 1) * kTile, 0.f);
     }
-    const int64_t slot = slot_of(table, pos, block_size);
-    const float* ks = k_cache + slot * kv_row + head_offset;
-    std::copy(v_cache + slot * kv_row + head_offset, v_cache + slot * kv_row + head_offset + D, vr);
-    for (int64_t d = 0; d < D; ++d) kt[d * kTile + j] = ks[d];
+    std::copy(vr, vr + n * D, v);
+    std::fill(v + n * D, v + kTile * D, 0.f);
+    return;
   }
+  for (int64_t j = 0; j < kTile; ++j)
+    for (int64_t d = 0; d < D; ++d) {
+      kt[d * kTile + j] = j < n ? kv.k_at(table, first + j, h, d) : 0.f;
+      v[j * D + d] = j < n ? kv.v_at(table, first + j, h, d) : 0.f;
+    }
 }
 
 // Scores of kR rows against kT consecutive tiles from `tile` on, masked at the causal
@@ -164,10 +173,10 @@ struct Item {
 };
 
 template <int64_t kDV>
-void run(const at::Tensor& qkv, const float* kc, const float* vc, const int32_t* tables, int64_t max_blocks,
+void run(const at::Tensor& qkv, const KVBlocks& kv, const int32_t* tables, int64_t max_blocks,
          const std::vector<PrefillChunk>& chunks, at::Tensor& out, const Shape& s) {
   constexpr int64_t D = kDV * kLanes, kR = rows_per_item<kDV>();
-  const int64_t G = s.H / s.Hkv, W = qkv.size(1), kv_row = s.Hkv * D, C = static_cast<int64_t>(chunks.size());
+  const int64_t G = s.H / s.Hkv, W = qkv.size(1), C = static_cast<int64_t>(chunks.size());
   // Phase 1: every (chunk, KV head)'s context, tiled. offsets[c]: where chunk c's tiles start.
   std::vector<int64_t> offsets(C + 1, 0);
   for (int64_t c = 0; c < C; ++c) {
@@ -184,8 +193,8 @@ void run(const at::Tensor& qkv, const float* kc, const float* vc, const int32_t*
       while (i >= offsets[c + 1]) ++c;
       const PrefillChunk& ch = chunks[c];
       const int64_t tiles = (offsets[c + 1] - offsets[c]) / s.Hkv, h = (i - offsets[c]) / tiles;
-      gather(kc, vc, tables + ch.seq * max_blocks, s.block_size, kv_row, h * D, D, ch.start + ch.n,
-             (i - offsets[c]) % tiles, kt + i * tile_floats, vt + i * tile_floats);
+      gather(kv, tables + ch.seq * max_blocks, h, ch.start + ch.n, (i - offsets[c]) % tiles, kt + i * tile_floats,
+             vt + i * tile_floats);
     }
   });
   // Phase 2: items, longest first.
@@ -229,19 +238,16 @@ bool prefill_kernel_supports(const Shape& s) {
   return s.Hkv > 0 && s.H % s.Hkv == 0 && (s.D == 16 || s.D == 32 || s.D == 64 || s.D == 128);
 }
 
-void paged_prefill_attention(const at::Tensor& qkv, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                             const int32_t* tables, int64_t max_blocks, const std::vector<PrefillChunk>& chunks,
-                             at::Tensor& out, const Shape& s) {
+void paged_prefill_attention(const at::Tensor& qkv, const KVBlocks& kv, const int32_t* tables, int64_t max_blocks,
+                             const std::vector<PrefillChunk>& chunks, at::Tensor& out, const Shape& s) {
   TORCH_CHECK(prefill_kernel_supports(s), "paged_prefill_attention: unsupported head_dim ", s.D);
   if (chunks.empty()) return;
-  const float* kc = k_cache.data_ptr<float>();
-  const float* vc = v_cache.data_ptr<float>();
   switch (s.D / kLanes) {
-    case 1: return run<1>(qkv, kc, vc, tables, max_blocks, chunks, out, s);
-    case 2: return run<2>(qkv, kc, vc, tables, max_blocks, chunks, out, s);
-    case 4: return run<4>(qkv, kc, vc, tables, max_blocks, chunks, out, s);
-    case 8: return run<8>(qkv, kc, vc, tables, max_blocks, chunks, out, s);
-    default: return run<16>(qkv, kc, vc, tables, max_blocks, chunks, out, s);  // D = 128 in 8-float vectors
+    case 1: return run<1>(qkv, kv, tables, max_blocks, chunks, out, s);
+    case 2: return run<2>(qkv, kv, tables, max_blocks, chunks, out, s);
+    case 4: return run<4>(qkv, kv, tables, max_blocks, chunks, out, s);
+    case 8: return run<8>(qkv, kv, tables, max_blocks, chunks, out, s);
+    default: return run<16>(qkv, kv, tables, max_blocks, chunks, out, s);  // D = 128 in 8-float vectors
   }
 }
 
