@@ -163,7 +163,8 @@ def step_errors(steps: pd.DataFrame) -> pd.DataFrame:
         frames.append(pd.DataFrame([{"step kind": "all steps", "steps": len(steps), "fit": fit,
                                      "median_rel_error": float(np.median(all_err)),
                                      "p90_rel_error": float(np.percentile(all_err, 90)),
-                                     "ratio_p50": float(np.median(steps["duration_s"] / pred))}]))
+                                     "ratio_p50": float(np.median(steps["duration_s"] / pred)),
+                                     "time_ratio": float(steps["duration_s"].sum() / pred.sum())}]))
     return pd.concat(frames, ignore_index=True)
 
 

@@ -111,6 +111,22 @@ def test_the_serving_fit_recovers_known_costs_and_leaves_stalls_out():
     assert np.allclose(fit_linear(np.r_[probe_x, serve_x], np.r_[probe_y, serve_y], weights + 1e-12), true, rtol=1e-3)
 
 
+def test_each_serving_replay_weighs_the_same_however_many_steps_it_ran():
+    """A replay of full batches runs few long steps: weighted per step it would barely move the fit."""
+    rng = np.random.default_rng(1)
+    true = np.array([2e-3, 5e-5, 1e-6])
+    probe_x = np.column_stack([np.ones(40), rng.integers(1, 2000, 40), rng.integers(0, 10**5, 40)]).astype(float)
+    light = np.column_stack([np.ones(400), rng.integers(1, 40, 400), rng.integers(0, 10**3, 400)]).astype(float)
+    full = np.column_stack([np.ones(20), rng.integers(400, 600, 20), rng.integers(10**4, 10**5, 20)]).astype(float)
+    serve_x = np.r_[light, full]
+    serve_y = np.r_[light @ true, 1.2 * (full @ true)]  # full batches run 20% over the probe's costs
+    replay = np.r_[np.zeros(400, dtype=int), np.ones(20, dtype=int)]
+    equal, _ = fit_probe_and_serving(probe_x, probe_x @ true, serve_x, serve_y, replay)
+    per_step, _ = fit_probe_and_serving(probe_x, probe_x @ true, serve_x, serve_y)
+    on_full = {name: np.median((full @ c) / (full @ true)) for name, c in (("equal", equal), ("per step", per_step))}
+    assert on_full["per step"] < 1.03 < 1.05 < on_full["equal"] < 1.2, on_full
+
+
 def test_paired_errors_compare_each_request_with_itself():
     real = pd.DataFrame({"point": "p", "repeat": [0, 0, 1, 1], "request_id": [1, 2, 1, 2],
                          "ttft_s": [1.0, 2.0, 1.0, 4.0], "e2e_s": [2.0, 4.0, 2.0, 4.0], "tpot_s": [0.1, None, 0.1, None]})

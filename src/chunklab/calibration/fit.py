@@ -54,17 +54,23 @@ def fit_linear(x: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) 
 STALL_RATIO = 2.0  # a serving step over 2x the probe fit's prediction is a stall of the machine (noise guard)
 
 
-def fit_probe_and_serving(probe_x: np.ndarray, probe_y: np.ndarray, serve_x: np.ndarray,
-                          serve_y: np.ndarray) -> tuple[np.ndarray, int]:
+def fit_probe_and_serving(probe_x: np.ndarray, probe_y: np.ndarray, serve_x: np.ndarray, serve_y: np.ndarray,
+                          replay: np.ndarray | None = None) -> tuple[np.ndarray, int]:
     """The linear form fit on probe shapes and serving steps, each set carrying half the weight
-    (a replay has ~10x more steps than the probe has shapes, all of a few kinds). Serving steps the
-    machine stalled (over STALL_RATIO x the probe-only fit) are left out. Returns the coefficients
-    and how many steps were left out."""
+    (a replay has ~10x more steps than the probe has shapes, all of a few kinds). Within the
+    serving half each replay (`replay`: which one each step came from) weighs the same: a
+    replay of full batches runs few long steps, one of light load many short ones, and the
+    full batches are where capacity is decided. Serving steps the machine stalled (over
+    STALL_RATIO x the probe-only fit) are left out. Returns the coefficients and how many
+    steps were left out."""
     probe_coef = fit_linear(probe_x, probe_y)
     keep = serve_y <= STALL_RATIO * (serve_x @ probe_coef)
+    replay = (np.zeros(len(serve_y), dtype=int) if replay is None else np.asarray(replay))[keep]
+    ids, counts = np.unique(replay, return_counts=True)
+    per_step = dict(zip(ids, 0.5 / len(ids) / counts))
     x = np.concatenate([probe_x, serve_x[keep]])
     y = np.concatenate([probe_y, serve_y[keep]])
-    w = np.concatenate([np.full(len(probe_y), 0.5 / len(probe_y)), np.full(int(keep.sum()), 0.5 / max(keep.sum(), 1))])
+    w = np.concatenate([np.full(len(probe_y), 0.5 / len(probe_y)), [per_step[r] for r in replay]])
     return fit_linear(x, y, w * len(y)), int((~keep).sum())
 
 

@@ -29,7 +29,7 @@ from chunklab.model.sizes import num_parameters
 CONDITION_KEYS = ("cpu_model", "cpu_arch", "cpu_logical_cores", "memory_gb", "device", "torch_version", "torch_build",
                   "torch_threads", "python", "os", "model", "model_params", "dtype", "git_commit", "git_dirty",
                   "measured_at", "forward_path")
-HELD_OUT_REPLAYS = (1, 3)  # fit on the other replays, score on these
+HELD_OUT_REPLAYS = (1, 3, 5)  # fit on the other replays, score on these (serving.REPLAYS: one of each kind)
 
 
 @dataclass(frozen=True)
@@ -112,9 +112,9 @@ def fit_with_serving(shapes, times, serving: ServingSteps, s: CalibrationSetting
     test_rows = np.isin(serving.replay, HELD_OUT_REPLAYS)
     sx, sy = serving.features, serving.duration_s
     probe_coef = fit_linear(x[train], y[train])
-    both_coef, _ = fit_probe_and_serving(x[train], y[train], sx[~test_rows], sy[~test_rows])
+    both_coef, _ = fit_probe_and_serving(x[train], y[train], sx[~test_rows], sy[~test_rows], serving.replay[~test_rows])
     held = {name: FitResult("linear", None, rel_errors(sx[test_rows] @ c, sy[test_rows])).summary()
             | {"median_ratio": float(np.median(sy[test_rows] / (sx[test_rows] @ c)))}
             for name, c in (("probe only", probe_coef), ("probe + serving", both_coef))}
-    coef, trimmed = fit_probe_and_serving(x, y, sx, sy)
+    coef, trimmed = fit_probe_and_serving(x, y, sx, sy, serving.replay)
     return held, [float(c) for c in coef], refit_all(shapes, times), trimmed
