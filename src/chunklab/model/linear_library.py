@@ -4,18 +4,20 @@ The x86 CPU wheel of torch has two: MKL (ATen's at::mm) and oneDNN (torch's mkld
 linear, weights prepacked once). Which is faster depends on the CPU and on the
 number of rows: on one AMD EPYC VM oneDNN was ~10% faster from 3 to 512 rows and
 ~1.8x slower at one row; the issue that asked for this saw it 2x faster at 1536
-rows on another. A third is the project's own: panel_linear (csrc/panel_linear.cpp),
-a streaming kernel for decode batch sizes, where a linear layer is a read of its
-weight and both libraries read it at a fraction of the machine's memory rate. So
-the choice is measured, not assumed: a short probe (~5 s) times them on this
-model's own linear layers at a ladder of row counts (panels up to PANEL_MAX_ROWS),
-and the plan keeps, per rung, the library that won. MKL is the incumbent: a
-challenger must win by `MARGIN` (median of ratios of adjacent timings) to take a
-rung, so noise cannot flip a tie.
+rows on another. A third is the project's own:
+panel_linear (csrc/panel_linear.cpp), a register-blocked kernel over weights packed
+once into column panels; where a step has few rows (decode, small prefill chunks)
+both libraries repack or stream the weight at a fraction of the machine's rate, and
+it is ahead (measured on an Intel Xeon VM: ~1.6x MKL at 8 rows, ~1.15x at 64, behind
+past ~256). So the choice is measured, not assumed: a short probe (~5 s) times all
+three on this model's own linear layers at a ladder of row counts, and the plan
+keeps, per rung, the library that won. MKL is the incumbent: a challenger must win
+by `MARGIN` (median of ratios of adjacent timings) to take a rung, so noise cannot
+flip a tie.
 
-The probe runs once per machine, model shape, thread count and candidate set; its
-result is cached under .cache/linear_library/ so every later process (and the
-profile fingerprint, which names the plan) sees the same choice.
+The probe runs once per machine, build of the kernels, model shape, thread count and
+candidate set; its result is cached under .cache/linear_library/ so every later
+process (and the profile fingerprint, which names the plan) sees the same choice.
 engine.linear_library=mkl|onednn|panels forces one library at every size.
 """
 from __future__ import annotations
@@ -34,8 +36,7 @@ from chunklab.config import ModelConfig
 from chunklab.paths import in_project
 
 LIBRARIES = ("mkl", "onednn", "panels")  # the order of fused_forward.cpp's Library enum
-PROBE_ROWS = (1, 2, 4, 8, 16, 64, 256, 1024)  # rung r covers steps of r rows up to the next rung
-PANEL_MAX_ROWS = 64  # panel_linear takes 4 rows a pass: past decode sizes it is a candidate no more
+PROBE_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 1024)  # rung r covers steps of r rows up to the next rung
 MARGIN = 0.03  # a challenger takes a rung only when at least 3% faster there than MKL
 
 
@@ -95,8 +96,8 @@ def onednn_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
 
 
 def candidates(rows: int) -> tuple[str, ...]:
-    """The libraries the probe times at `rows` rows; MKL first (the incumbent)."""
-    return LIBRARIES if rows <= PANEL_MAX_ROWS else tuple(lib for lib in LIBRARIES if lib != "panels")
+    """The libraries the probe times at `rows` rows (every one, at every size); MKL first (the incumbent)."""
+    return LIBRARIES
 
 
 def _layer_seconds(run, xs: list[torch.Tensor], weights: list[torch.Tensor], outs: list[int]) -> float:
@@ -149,11 +150,13 @@ def plan_from_ratios(ratios: dict[int, dict[str, float]], margin: float = MARGIN
 
 
 def _cache_path(m: ModelConfig, threads: int) -> Path:
-    from chunklab.model.native import build_directory  # the per-CPU tag of the fused build
+    # the per-CPU tag and the source digest of the fused build: a changed kernel is probed again
+    from chunklab.model.native import build_directory, extension_name
 
     shape = "x".join(f"{k}-{n}" for k, n in linear_shapes(m))
     root = in_project(os.environ.get("CHUNKLAB_LINEAR_CACHE", Path(".cache") / "linear_library"))
-    return root / f"{build_directory().name}-t{threads}-{shape}-{'+'.join(LIBRARIES)}.json"
+    build = f"{build_directory().name}-{extension_name().removeprefix('chunklab_fused_')}"
+    return root / f"{build}-t{threads}-{shape}-{'+'.join(LIBRARIES)}.json"
 
 
 @cache

@@ -54,7 +54,7 @@ def build_directory() -> Path:
     return root / _cpu_tag()
 
 
-def _name() -> str:
+def extension_name() -> str:
     """A digest of every source and header (torch tracks .cpp files, not headers) and the flags."""
     digest = hashlib.sha256(" ".join(CFLAGS).encode())
     for path in sorted(CSRC.iterdir()):
@@ -65,7 +65,7 @@ def _name() -> str:
 @cache
 def load_extension():
     """The compiled module; raises NativeUnavailable with the compiler's reason."""
-    name = _name()
+    name = extension_name()
     build_dir = build_directory() / name
     built = build_dir / f"{name}.so"
     if built.is_file():

@@ -72,6 +72,13 @@ int64_t onednn_rows(int64_t rows) {
   return (rows + granule - 1) / granule * granule;
 }
 
+// Rows of the output projection and MLP run together (fused_forward's layer loop). Measured on
+// an Intel Xeon VM (2 threads), TinyGPT's MLP in six layers, weights cycling: 1,536 rows at
+// once 64.4 ms, in tiles of 512 rows 51.6 ms; 4,096 rows 189.6 against 140.9 ms. Untiled, a
+// 4,096-row step's [rows, 2F] activations (32 MiB) go out to memory and back; in tiles of 512
+// (4 MiB) they stay in cache. Tiles of 256 and 128 lost again to the GEMMs' smaller blocks.
+constexpr int64_t kRowTile = 512;
+
 // The library a linear layer runs through (model/linear_library.py chooses per batch size).
 enum Library : int64_t { kMkl = 0, kOnednn = 1, kPanels = 2 };
 
@@ -167,12 +174,20 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
     if (!chunks.empty()) paged_prefill_attention(qkv, kv, tables, max_blocks, chunks, attn, s);
     for (const auto& seg : segments)
       attn.narrow(0, seg.row, seg.n).view({seg.n, num_heads, head_dim}).copy_(segment_attention(qkv, seg, kv, s));
-    if (lib == kMkl) {
-      x = at::addmm(x, attn, w[2]);
-      x = at::addmm(x, silu_mul(at::mm(rms_norm(x, w[3], eps), w[4])), w[5]);
-    } else {  // x is this call's own residual stream: added to in place
-      x.add_(lin(attn, w[2], 1));
-      x.add_(lin(silu_mul(lin(rms_norm(x, w[3], eps), w[4], 2)), w[5], 3));
+    // Output projection and MLP, row-wise, so run kRowTile rows at a time: the [rows, 2F]
+    // gate-up activations then stay in cache between their GEMM, silu_mul and the down GEMM.
+    // x is this call's own residual stream: added to in place.
+    for (int64_t r = 0; r < T; r += kRowTile) {
+      const int64_t n = std::min(kRowTile, T - r);
+      auto xt = x.narrow(0, r, n);
+      auto at = attn.narrow(0, r, n);
+      if (lib == kMkl) {  // MKL adds into xt itself (beta = 1)
+        xt.addmm_(at, w[2]);
+        xt.addmm_(silu_mul(at::mm(rms_norm(xt, w[3], eps), w[4])), w[5]);
+      } else {
+        xt.add_(lin(at, w[2], 1));
+        xt.add_(lin(silu_mul(lin(rms_norm(xt, w[3], eps), w[4], 2)), w[5], 3));
+      }
     }
   }
   return rms_norm(x, weights.back(), eps);

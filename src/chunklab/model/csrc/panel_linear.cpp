@@ -1,12 +1,22 @@
-// Linear layers at decode batch sizes: y = x @ w for a few rows of x, streaming w once.
+// The project's own fp32 GEMM for linear layers: y = x @ w, w prepacked once.
 //
-// At 1-8 rows a step's linear layers are a read of every weight (22 MiB for TinyGPT)
-// with a few FLOPs per byte, so what matters is reading w at the machine's memory rate.
-// Measured on an AMD EPYC VM (2 threads): MKL's and oneDNN's GEMMs at one row ran
-// 3.7 ms a step, ~6 GB/s, against a 21.6 GB/s read rate. Here w is repacked once into
-// column panels of 16, [ceil(N / 16), K, 16], each one contiguous run of memory the
-// prefetcher streams; the threads split the panels; up to 4 rows share each pass over
-// a panel (8 accumulators of 8 floats), more rows take further passes (from L2).
+// w is repacked into column panels of 16, [ceil(N / 16), K, 16], each one contiguous run
+// the prefetcher streams. A micro-kernel computes R rows (up to kMaxRows) against kPanels
+// adjacent panels over the whole K, its R x 16 kPanels accumulators in registers: per k,
+// one load of each panel row and one broadcast of each x[r][k], then R x kPanels FMAs
+// (AVX-512: 12 rows x 2 panels = 24 zmm accumulators; AVX2: 6 rows x 1 panel, two ymm each).
+//
+// Why not only MKL or oneDNN: at decode and chunk sizes (1-128 rows) both repack w on
+// every call or take a path tuned for big M, and read it at a fraction of the machine's
+// rate. Measured on an Intel Xeon VM (AVX-512, 2 threads), TinyGPT's 24 linear layers a
+// step, weights cycling through all six layers as in a forward: at 8 rows MKL 105-119
+// GFLOP/s, this kernel 177-185; at 64 rows 262-276 against 300-336; past ~256 rows MKL
+// is ahead (1,536 rows: 348-375 against 318-333). The probe in model/linear_library.py
+// picks per batch size on each machine.
+//
+// Work split: rows into near-equal chunks of at most kChunkRows (x's chunk stays in L2 while
+// the panels stream past it), chunks x panel groups over the threads; within a chunk, rows
+// go in near-equal blocks (no 1-row tail block running at a twelfth of the rate).
 #include "kernels.h"
 
 #include <ATen/Parallel.h>
@@ -14,30 +24,66 @@
 namespace chunklab {
 namespace {
 
-constexpr int64_t kPanel = 16;  // output columns per panel
+constexpr int64_t kPanel = 16;       // output columns per panel
+constexpr int64_t kChunkRows = 96;   // rows of x a work item covers at most
+#ifdef __AVX512F__
+typedef f16v PVec;  // one panel row
+typedef f16v_u PVecU;
+constexpr int kVecs = 1, kPanels = 2, kMaxRows = 12;
+#else
+typedef f8v PVec;  // half a panel row
+typedef f8v_u PVecU;
+constexpr int kVecs = 2, kPanels = 1, kMaxRows = 6;
+#endif
+constexpr int kLanes = kPanel / kVecs;
 
-// Rows [0, R) of x (row stride K) against one panel [K, 16]; writes cols [0, cols) of y's rows.
-template <int R>
-void panel_rows(const float* x, int64_t K, const float* panel, float* y, int64_t ldy, int64_t cols) {
-  f8v acc[R][2] = {};
+// Rows [0, R) of x (row stride K) against NP adjacent panels; writes cols[p] columns of panel
+// p into y's rows (row stride ldy), from y + p * kPanel.
+template <int R, int NP>
+void micro(const float* x, int64_t K, const float* const* panels, float* y, int64_t ldy, const int64_t* cols) {
+  constexpr int V = NP * kVecs;
+  PVec acc[R][V] = {};
   for (int64_t k = 0; k < K; ++k) {
-    const f8v w0 = *reinterpret_cast<const f8v*>(panel + k * kPanel);
-    const f8v w1 = *reinterpret_cast<const f8v*>(panel + k * kPanel + 8);
+    PVec w[V];
+    for (int p = 0; p < NP; ++p)
+      for (int v = 0; v < kVecs; ++v) w[p * kVecs + v] = *reinterpret_cast<const PVec*>(panels[p] + k * kPanel + v * kLanes);
     for (int r = 0; r < R; ++r) {
       const float xv = x[r * K + k];
-      acc[r][0] += xv * w0;
-      acc[r][1] += xv * w1;
+      for (int j = 0; j < V; ++j) acc[r][j] += xv * w[j];
     }
   }
-  for (int r = 0; r < R; ++r) {
-    float* out = y + r * ldy;
-    if (cols == kPanel) {
-      *reinterpret_cast<f8v_u*>(out) = acc[r][0];
-      *reinterpret_cast<f8v_u*>(out + 8) = acc[r][1];
-    } else {
-      for (int64_t j = 0; j < cols; ++j) out[j] = j < 8 ? acc[r][0][j] : acc[r][1][j - 8];
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < NP; ++p) {
+      float* out = y + r * ldy + p * kPanel;
+      if (cols[p] == kPanel) {
+        for (int v = 0; v < kVecs; ++v) *reinterpret_cast<PVecU*>(out + v * kLanes) = acc[r][p * kVecs + v];
+      } else {
+        for (int64_t j = 0; j < cols[p]; ++j) out[j] = acc[r][p * kVecs + j / kLanes][j % kLanes];
+      }
     }
+}
+
+template <int NP>
+void rows_block(int64_t R, const float* x, int64_t K, const float* const* panels, float* y, int64_t ldy,
+                const int64_t* cols) {
+  switch (R) {
+#define CHUNKLAB_ROWS(n) \
+  case n:                \
+    return micro<n, NP>(x, K, panels, y, ldy, cols);
+    CHUNKLAB_ROWS(1) CHUNKLAB_ROWS(2) CHUNKLAB_ROWS(3) CHUNKLAB_ROWS(4) CHUNKLAB_ROWS(5) CHUNKLAB_ROWS(6)
+#ifdef __AVX512F__
+    CHUNKLAB_ROWS(7) CHUNKLAB_ROWS(8) CHUNKLAB_ROWS(9) CHUNKLAB_ROWS(10) CHUNKLAB_ROWS(11) CHUNKLAB_ROWS(12)
+#endif
+#undef CHUNKLAB_ROWS
   }
+  TORCH_CHECK(false, "panel_linear: a block of ", R, " rows");
+}
+
+// [begin, end) of part i of n near-equal parts of [0, total).
+inline std::pair<int64_t, int64_t> part(int64_t total, int64_t n, int64_t i) {
+  const int64_t base = total / n, extra = total % n;
+  const int64_t begin = i * base + std::min(i, extra);
+  return {begin, begin + base + (i < extra ? 1 : 0)};
 }
 
 }  // namespace
@@ -47,9 +93,9 @@ at::Tensor pack_panels(const at::Tensor& w) {
   const int64_t K = w.size(0), N = w.size(1), P = (N + kPanel - 1) / kPanel;
   auto src = w.contiguous();
   // Zeroed so the last panel's padding columns add nothing; the CPU allocator aligns to 64 bytes,
-  // so every panel row is one aligned pair of f8v (checked: the aligned loads rely on it).
+  // and a panel row is 64 bytes, so every panel row is aligned (checked: the aligned loads rely on it).
   auto out = at::zeros({P, K, kPanel}, w.options());
-  TORCH_CHECK(reinterpret_cast<uintptr_t>(out.data_ptr()) % 32 == 0, "pack_panels: panels not 32-byte aligned");
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(out.data_ptr()) % 64 == 0, "pack_panels: panels not 64-byte aligned");
   const float* s = src.data_ptr<float>();
   float* o = out.data_ptr<float>();
   for (int64_t p = 0; p < P; ++p)
@@ -59,25 +105,34 @@ at::Tensor pack_panels(const at::Tensor& w) {
 }
 
 at::Tensor panel_linear(const at::Tensor& x, const at::Tensor& panels, int64_t out_features) {
-  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.size(1) == panels.size(1), "panel_linear: bad input shape");
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == at::kFloat && x.size(1) == panels.size(1),
+              "panel_linear: bad input shape");
   const int64_t M = x.size(0), K = x.size(1), P = panels.size(0), N = out_features;
+  TORCH_CHECK(N > (P - 1) * kPanel && N <= P * kPanel, "panel_linear: ", P, " panels cannot hold ", N, " columns");
   auto y = at::empty({M, N}, x.options());
+  if (M == 0) return y;
   const float* xp = x.data_ptr<float>();
   const float* wp = panels.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  at::parallel_for(0, P, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      const float* panel = wp + p * K * kPanel;
-      const int64_t cols = std::min(kPanel, N - p * kPanel);
-      for (int64_t r0 = 0; r0 < M; r0 += 4) {
-        const float* xr = xp + r0 * K;
-        float* yr = yp + r0 * N + p * kPanel;
-        switch (std::min<int64_t>(4, M - r0)) {
-          case 1: panel_rows<1>(xr, K, panel, yr, N, cols); break;
-          case 2: panel_rows<2>(xr, K, panel, yr, N, cols); break;
-          case 3: panel_rows<3>(xr, K, panel, yr, N, cols); break;
-          default: panel_rows<4>(xr, K, panel, yr, N, cols);
-        }
+  const int64_t groups = (P + kPanels - 1) / kPanels, chunks = (M + kChunkRows - 1) / kChunkRows;
+  // Items chunk-major: a thread's consecutive items share their rows of x.
+  at::parallel_for(0, chunks * groups, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t g = item % groups, p0 = g * kPanels, np = std::min<int64_t>(kPanels, P - p0);
+      const float* pan[kPanels];
+      int64_t cols[kPanels];
+      for (int64_t p = 0; p < kPanels; ++p) {
+        pan[p] = wp + std::min(p0 + p, P - 1) * K * kPanel;
+        cols[p] = p < np ? std::min(kPanel, N - (p0 + p) * kPanel) : 0;
+      }
+      const auto [r_begin, r_end] = part(M, chunks, item / groups);
+      const int64_t blocks = (r_end - r_begin + kMaxRows - 1) / kMaxRows;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const auto [b_begin, b_end] = part(r_end - r_begin, blocks, b);
+        const int64_t r0 = r_begin + b_begin, R = b_end - b_begin;
+        float* out = yp + r0 * N + p0 * kPanel;
+        if (np == kPanels) rows_block<kPanels>(R, xp + r0 * K, K, pan, out, N, cols);
+        else rows_block<1>(R, xp + r0 * K, K, pan, out, N, cols);
       }
     }
   });
