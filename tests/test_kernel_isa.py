@@ -49,7 +49,8 @@ def test_a_smaller_cpus_kernels_pass_the_fused_tests(march, isa, needs):
                            cwd=ROOT, env=env, capture_output=True, text=True)
     assert built.returncode == 0, built.stderr[-2000:]
     assert built.stdout.split()[-1] == isa
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_fused.py"],
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_fused.py",
+                          "tests/test_panel_linear.py"],
                          cwd=ROOT, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-3000:]
     assert "skipped" not in run.stdout.splitlines()[-1], run.stdout.splitlines()[-1]
