@@ -78,3 +78,13 @@ def test_auto_runs_the_probed_plan_and_names_it(tmp_path, monkeypatch):
     assert ModelRunner(F32, EngineConfig(num_blocks=8, linear_library="mkl")).fused.packed == []
     panels = ModelRunner(F32, EngineConfig(num_blocks=8, linear_library="panels")).fused
     assert len(panels.panels) == 4 * F32.num_layers and panels.packed == []
+
+
+def test_a_plan_probed_on_another_ladder_is_probed_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHUNKLAB_LINEAR_CACHE", str(tmp_path))
+    before = ll._cache_path(F32, 1)
+    monkeypatch.setattr(ll, "PROBE_ROWS", ll.PROBE_ROWS[:-1])
+    assert ll._cache_path(F32, 1) != before  # a cached plan without the new rung is not read
+    monkeypatch.setattr(ll, "PROBE_ROWS", ll.PROBE_ROWS + (1024,))
+    monkeypatch.setattr(ll, "MARGIN", 0.1)
+    assert ll._cache_path(F32, 1) != before
