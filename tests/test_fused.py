@@ -42,12 +42,13 @@ def _slots(table_row, start, end, block=BLOCK):
 
 
 def test_the_layouts_convert_both_ways():
-    """Slot s = block * bs + offset of head h lands at k[l, block, h, :, offset] and v[l, block, h, offset]."""
+    """Slot s = block * bs + offset of head h lands at k[l, h, block, :, offset] and v[l, h, block, offset]."""
     k, v = _history(dataclasses.replace(MICRO, num_kv_heads=2), seed=3, num_blocks=5, block=8)
     kb, vb = kv_layout.to_blocked((k, v), 8)
-    assert kb.shape == (MICRO.num_layers, 5, 2, MICRO.head_dim, 8) and vb.shape == (MICRO.num_layers, 5, 2, 8, 16)
-    torch.testing.assert_close(kb[1, 3, 1, :, 5], k[1, 3 * 8 + 5, 1], rtol=0, atol=0)
-    torch.testing.assert_close(vb[1, 3, 1, 5], v[1, 3 * 8 + 5, 1], rtol=0, atol=0)
+    assert kb.shape == (MICRO.num_layers, 2, 5, MICRO.head_dim, 8) and vb.shape == (MICRO.num_layers, 2, 5, 8, 16)
+    torch.testing.assert_close(kb[1, 1, 3, :, 5], k[1, 3 * 8 + 5, 1], rtol=0, atol=0)
+    torch.testing.assert_close(vb[1, 1, 3, 5], v[1, 3 * 8 + 5, 1], rtol=0, atol=0)
+    torch.testing.assert_close(kb[1, 0, 3, :, 5], k[1, 3 * 8 + 5, 0], rtol=0, atol=0)  # head-major: heads apart
     back = kv_layout.to_slot_major((kb, vb))
     assert torch.equal(back[0], k) and torch.equal(back[1], v)
 

@@ -27,15 +27,15 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
 }
 
 KVBlocks kv_blocks(at::Tensor& k_cache, at::Tensor& v_cache, const Shape& s) {
-  TORCH_CHECK(k_cache.dim() == 4 && k_cache.size(1) == s.Hkv && k_cache.size(2) == s.D &&
+  TORCH_CHECK(k_cache.dim() == 4 && k_cache.size(0) == s.Hkv && k_cache.size(2) == s.D &&
                   k_cache.size(3) == s.block_size && k_cache.is_contiguous(),
-              "k pool: expected [num_blocks, ", s.Hkv, ", ", s.D, ", ", s.block_size, "] contiguous, got ",
+              "k pool: expected [", s.Hkv, ", num_blocks, ", s.D, ", ", s.block_size, "] contiguous, got ",
               k_cache.sizes());
-  TORCH_CHECK(v_cache.dim() == 4 && v_cache.size(0) == k_cache.size(0) && v_cache.size(1) == s.Hkv &&
+  TORCH_CHECK(v_cache.dim() == 4 && v_cache.size(1) == k_cache.size(1) && v_cache.size(0) == s.Hkv &&
                   v_cache.size(2) == s.block_size && v_cache.size(3) == s.D && v_cache.is_contiguous(),
-              "v pool: expected [num_blocks, ", s.Hkv, ", ", s.block_size, ", ", s.D, "] contiguous, got ",
+              "v pool: expected [", s.Hkv, ", num_blocks, ", s.block_size, ", ", s.D, "] contiguous, got ",
               v_cache.sizes());
-  return {k_cache.data_ptr<float>(), v_cache.data_ptr<float>(), s.Hkv, s.D, s.block_size};
+  return {k_cache.data_ptr<float>(), v_cache.data_ptr<float>(), s.Hkv, s.D, s.block_size, k_cache.size(1)};
 }
 
 void rope_and_cache_write(at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,

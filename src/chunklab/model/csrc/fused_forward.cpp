@@ -14,7 +14,7 @@
 //   first num_decodes of them one token each (decodes), the rest prefill chunks.
 //   block_tables [S, max_blocks] int32 (padding never read), starts [S] int64
 //   (tokens already in the cache), num_tokens [S] int64 (this step's tokens).
-//   k_pool [L, num_blocks, Hkv, D, block_size], v_pool [L, num_blocks, Hkv, block_size, D]: per
+//   k_pool [L, Hkv, num_blocks, D, block_size], v_pool [L, Hkv, num_blocks, block_size, D]: per
 //   block and KV head, K transposed and V row by row (KVBlocks in kernels.h).
 //   weights: embed, then per layer (attn_norm, wqkv [C, (H+2Hkv)D], wo, mlp_norm,
 //   w_gate_up [C, 2F], w_down), then final_norm.  rope_cos/sin [max_seq, D].
@@ -116,7 +116,7 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
                    int64_t library, int64_t prefill_attention) {
   TORCH_CHECK(input_ids.dim() == 1 && block_tables.scalar_type() == at::kInt, "bad metadata");
   TORCH_CHECK(k_pool.scalar_type() == at::kFloat && v_pool.scalar_type() == at::kFloat && k_pool.dim() == 5,
-              "the fused forward takes a float32 KV pool [L, num_blocks, ...] (KVBlocks)");
+              "the fused forward takes a float32 KV pool [L, Hkv, num_blocks, ...] (KVBlocks)");
   const Shape s{num_heads, num_kv_heads, head_dim, block_size};
   const int64_t L = k_pool.size(0), T = input_ids.size(0), S = static_cast<int64_t>(starts.size());
   const int64_t max_blocks = block_tables.size(1);

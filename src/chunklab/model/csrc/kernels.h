@@ -22,8 +22,8 @@ inline int64_t slot_of(const int32_t* table, int64_t pos, int64_t block_size) {
 
 // One layer of the fused forward's KV pool, blocked: within a block, each KV head's keys are
 // stored transposed and its values row by row,
-//   k [num_blocks, Hkv, D, block_size]   (a head's K of one block: D rows of block_size keys)
-//   v [num_blocks, Hkv, block_size, D]
+//   k [Hkv, num_blocks, D, block_size]   (a head's K of one block: D rows of block_size keys)
+//   v [Hkv, num_blocks, block_size, D]
 // so a (block, KV head) is two contiguous runs of D * block_size floats. Decode then scores a
 // query against block_size keys with one broadcast-FMA per d (no horizontal sums) and reads
 // whole 2 KiB runs (TinyGPT) instead of 128-byte halves of 256-byte slot rows. Measured on an
@@ -32,10 +32,11 @@ inline int64_t slot_of(const int32_t* table, int64_t pos, int64_t block_size) {
 struct KVBlocks {
   float* k;
   float* v;
-  int64_t Hkv, D, block_size;
-  int64_t run() const { return D * block_size; }  // floats per (block, head) run
-  float* k_run(int64_t block, int64_t h) const { return k + (block * Hkv + h) * run(); }
-  float* v_run(int64_t block, int64_t h) const { return v + (block * Hkv + h) * run(); }
+  int64_t Hkv, D, block_size, num_blocks;
+  int64_t run() const { return D * block_size; }  // floats per (head, block) run
+  // head-major: one head's blocks are consecutive runs, so blocks allocated in order stream
+  float* k_run(int64_t block, int64_t h) const { return k + (h * num_blocks + block) * run(); }
+  float* v_run(int64_t block, int64_t h) const { return v + (h * num_blocks + block) * run(); }
   // element d of head h's key (value) at position pos
   float& k_at(const int32_t* table, int64_t pos, int64_t h, int64_t d) const {
     return k_run(table[pos / block_size], h)[d * block_size + pos % block_size];
