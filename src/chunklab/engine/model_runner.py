@@ -11,6 +11,7 @@ import logging
 import torch
 
 from chunklab.config import ConfigError, EngineConfig, ModelConfig
+from chunklab.engine.heap import retain_freed_memory
 from chunklab.engine.scheduler import ScheduledChunk, StepPlan
 from chunklab.engine.sequence import Sequence
 from chunklab.model import kv_layout
@@ -73,6 +74,7 @@ class ModelRunner:
         from chunklab.calibration.fingerprint import torch_threads
 
         torch.set_num_threads(torch_threads(engine_cfg))  # 0: torch's default, even after a 1-thread runner
+        self.heap = retain_freed_memory()  # large steps reuse memory instead of faulting it in (engine/heap.py)
         self.model = TinyGPT.from_seed(model_cfg, model_cfg.seed, self.dtype, self.device)
         self.attention_impl = model_cfg.attention
         self._model_cfg = model_cfg

@@ -89,7 +89,9 @@ def conditions(cfg: RunConfig, num_params: int, cost_model=None, forward_path: s
     }
     if cfg.engine.executor == "simulated":
         return out | cost_model.run_conditions()
-    return out | _torch_conditions(cfg.engine.device) | {"forward_path": forward_path}
+    from chunklab.engine.heap import heap_policy
+
+    return out | _torch_conditions(cfg.engine.device) | {"forward_path": forward_path, "heap": heap_policy()}
 
 
 def _torch_conditions(device: str) -> dict[str, str]:

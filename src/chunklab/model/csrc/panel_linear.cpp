@@ -17,6 +17,12 @@
 // Work split: rows into near-equal chunks of at most kChunkRows (x's chunk stays in L2 while
 // the panels stream past it), chunks x panel groups over the threads; within a chunk, rows
 // go in near-equal blocks (no 1-row tail block running at a twelfth of the rate).
+//
+// A thread's next item's panels are prefetched while its current item's first row block runs.
+// The 24 linear layers' weights (22 MiB) do not stay in cache between steps, and an item's
+// first block otherwise waits on memory for every panel row. Measured on an AMD EPYC (Zen 5,
+// 2 threads), TinyGPT's four linear layers at 64 rows over six layers' weights in turn:
+// 263-308 GFLOP/s without, 358-417 with, against 395-433 with one layer's weights hot.
 #include "kernels.h"
 
 #include <ATen/Parallel.h>
@@ -39,11 +45,15 @@ constexpr int kLanes = kPanel / kVecs;
 
 // Rows [0, R) of x (row stride K) against NP adjacent panels; writes cols[p] columns of panel
 // p into y's rows (row stride ldy), from y + p * kPanel.
+// ahead: nullptr, or NP panels (K x kPanel each) to pull toward L2 at the rate these are read.
 template <int R, int NP>
-void micro(const float* x, int64_t K, const float* const* panels, float* y, int64_t ldy, const int64_t* cols) {
+void micro(const float* x, int64_t K, const float* const* panels, float* y, int64_t ldy, const int64_t* cols,
+           const float* const* ahead) {
   constexpr int V = NP * kVecs;
   PVec acc[R][V] = {};
   for (int64_t k = 0; k < K; ++k) {
+    if (ahead != nullptr)
+      for (int p = 0; p < NP; ++p) __builtin_prefetch(ahead[p] + k * kPanel, 0, 2);
     PVec w[V];
     for (int p = 0; p < NP; ++p)
       for (int v = 0; v < kVecs; ++v) w[p * kVecs + v] = *reinterpret_cast<const PVec*>(panels[p] + k * kPanel + v * kLanes);
@@ -65,11 +75,11 @@ void micro(const float* x, int64_t K, const float* const* panels, float* y, int6
 
 template <int NP>
 void rows_block(int64_t R, const float* x, int64_t K, const float* const* panels, float* y, int64_t ldy,
-                const int64_t* cols) {
+                const int64_t* cols, const float* const* ahead) {
   switch (R) {
 #define CHUNKLAB_ROWS(n) \
   case n:                \
-    return micro<n, NP>(x, K, panels, y, ldy, cols);
+    return micro<n, NP>(x, K, panels, y, ldy, cols, ahead);
     CHUNKLAB_ROWS(1) CHUNKLAB_ROWS(2) CHUNKLAB_ROWS(3) CHUNKLAB_ROWS(4) CHUNKLAB_ROWS(5) CHUNKLAB_ROWS(6)
 #ifdef __AVX512F__
     CHUNKLAB_ROWS(7) CHUNKLAB_ROWS(8) CHUNKLAB_ROWS(9) CHUNKLAB_ROWS(10) CHUNKLAB_ROWS(11) CHUNKLAB_ROWS(12)
@@ -125,14 +135,21 @@ at::Tensor panel_linear(const at::Tensor& x, const at::Tensor& panels, int64_t o
         pan[p] = wp + std::min(p0 + p, P - 1) * K * kPanel;
         cols[p] = p < np ? std::min(kPanel, N - (p0 + p) * kPanel) : 0;
       }
+      // This thread's next item's panels (its next group), pulled toward L2 during the first row
+      // block: the later blocks re-read this item's panels from L1/L2 while those arrive.
+      const float* next[kPanels];
+      const int64_t next_p0 = ((item + 1) % groups) * kPanels;
+      for (int64_t p = 0; p < kPanels; ++p) next[p] = wp + std::min(next_p0 + p, P - 1) * K * kPanel;
+      const float* const* ahead = item + 1 < end ? next : nullptr;
       const auto [r_begin, r_end] = part(M, chunks, item / groups);
       const int64_t blocks = (r_end - r_begin + kMaxRows - 1) / kMaxRows;
       for (int64_t b = 0; b < blocks; ++b) {
         const auto [b_begin, b_end] = part(r_end - r_begin, blocks, b);
         const int64_t r0 = r_begin + b_begin, R = b_end - b_begin;
         float* out = yp + r0 * N + p0 * kPanel;
-        if (np == kPanels) rows_block<kPanels>(R, xp + r0 * K, K, pan, out, N, cols);
-        else rows_block<1>(R, xp + r0 * K, K, pan, out, N, cols);
+        const float* const* pre = b == 0 ? ahead : nullptr;
+        if (np == kPanels) rows_block<kPanels>(R, xp + r0 * K, K, pan, out, N, cols, pre);
+        else rows_block<1>(R, xp + r0 * K, K, pan, out, N, cols, pre);
       }
     }
   });
