@@ -22,7 +22,7 @@ def main() -> None:
     flops = bench.prefill_flops(cfg.model, p["prompt_tokens"])
     configs = [(impl, chunk) for impl in p["attention"] for chunk in p["chunk_tokens"]]
     timings = bench.prefill_split(cfg.model, configs, p["prompt_tokens"], p["repeats"])
-    # The machine's fp32 GEMM peak: the better library (MKL or oneDNN), each the better of a
+    # The machine's fp32 GEMM peak: the best library (MKL, oneDNN or the fused forward's panels), each the better of a
     # measurement before and after, so one noisy moment of this shared VM cannot deflate it
     # (and inflate every fraction below).
     after = bench.gemm_peaks(cfg.model, p["prompt_tokens"])

@@ -35,22 +35,29 @@ def matmul_gflops(n: int = 1024, repeats: int = 20, dtype=torch.float32) -> floa
     return 2 * n**3 / min(timed(lambda: a @ b, repeats, warmup=3)) / 1e9
 
 
-GEMM_LIBRARIES = ("mkl", "onednn")
+GEMM_LIBRARIES = ("mkl", "onednn", "panels")
 
 
 def gemm_gflops(library: str, rows: int, k: int, n: int, repeats: int = 20) -> float:
     """Best-of-N fp32 rate of y = x @ w.T (rows x k, n x k) through one library. mkl: ATen's dense
     F.linear (MKL sgemm in the x86 CPU wheel); onednn: torch's own mkldnn linear with the weight
-    prepacked once, as vLLM's CPU backend runs linear layers. Which is faster depends on the CPU."""
+    prepacked once, as vLLM's CPU backend runs linear layers; panels: the fused forward's own
+    kernel (csrc/panel_linear.cpp) on its panel-packed weight. Which is fastest depends on the CPU."""
     x, w = torch.randn(rows, k), torch.randn(n, k)
     fn = gemm_fn(library, x, w)
     return 2 * rows * k * n / min(timed(fn, repeats, warmup=3)) / 1e9
 
 
 def gemm_fn(library: str, x: torch.Tensor, w: torch.Tensor):
-    """A callable computing x @ w.T through `library` (the weight prepacked once for oneDNN)."""
+    """A callable computing x @ w.T through `library` (the weight prepacked once for oneDNN and panels)."""
     if library == "mkl":
         return lambda: torch.nn.functional.linear(x, w)
+    if library == "panels":
+        from chunklab.model.native import load_extension
+
+        ext = load_extension()
+        panels = ext.pack_panels(w.t().contiguous())
+        return lambda: ext.panel_linear(x, panels, w.shape[0])
     packed = pack(w.t(), rows_hint=x.shape[0])
     return lambda: onednn_linear(x, packed)
 
@@ -61,8 +68,16 @@ def gemm_shapes(m: ModelConfig, rows: int) -> list[tuple[int, int, int]]:
 
 
 def gemm_peaks(m: ModelConfig, rows: int) -> dict[str, float]:
-    """Per library, its best rate over gemm_shapes: the machine's fp32 GEMM peak through it."""
-    return {lib: max(gemm_gflops(lib, *shape) for shape in gemm_shapes(m, rows)) for lib in GEMM_LIBRARIES}
+    """Per library, its best rate over gemm_shapes: the machine's fp32 GEMM peak through it
+    (panels only where the fused forward is built)."""
+    from chunklab.model.native import NativeUnavailable, load_extension
+
+    try:
+        load_extension()
+        libraries = GEMM_LIBRARIES
+    except NativeUnavailable:
+        libraries = tuple(lib for lib in GEMM_LIBRARIES if lib != "panels")
+    return {lib: max(gemm_gflops(lib, *shape) for shape in gemm_shapes(m, rows)) for lib in libraries}
 
 
 def prefill_flops(m: ModelConfig, num_tokens: int) -> float:
