@@ -97,3 +97,15 @@ def test_vllm_serves_the_same_requests_when_installed():
          "budgets": [512]}
     got = compare.theirs(p, [], threads=os.cpu_count())
     assert got["prefill_1x64_s"] > 0 and got["static_tokens_per_s"] > 0 and got["b512_ttft_p50_s"] > 0
+
+
+def test_offline_rounds_taken_either_side_of_the_peer_are_pooled():
+    """perf takes half our prefill/static rounds before vLLM's worker and half after: the table's
+    medians are over both halves, and nothing is measured again."""
+    def part(prefill_s, tok_s):
+        return {v: {"prefill": {1536: [prefill_s]}, "static": [tok_s]} for v in compare.VARIANTS}
+
+    pooled = compare.merged(part(0.07, 2000.0), part(0.09, 1800.0), part(0.08, 1900.0))
+    assert pooled["after"]["prefill"][1536] == [0.07, 0.09, 0.08]
+    got = compare.ours({"prompt_tokens": 1536, "budgets": []}, [], pooled)
+    assert got["after"]["prefill_1x1536_s"] == 0.08 and got["before"]["static_tokens_per_s"] == 1900.0

@@ -48,20 +48,41 @@ def serving_config(p: dict, budget: int, overrides: list[str]):
                                "tracking.progress=false", *overrides])
 
 
-def ours(p: dict, overrides: list[str]) -> dict[str, dict[str, float]]:
-    """Every measurement of our engine, per variant, the variants alternated round by round."""
+def offline_samples(p: dict, overrides: list[str], rounds: int) -> dict[str, dict]:
+    """`rounds` rounds of the prefill split and the static batch, the variants alternated round by round:
+    per variant {"prefill": {chunk: [seconds]}, "static": [tok/s]}."""
     cfg = compose_run_config(overrides)
     m, n = cfg.model, p["prompt_tokens"]
     prompts = bench.static_batch_prompts(p["static_batch"], p["static_prompt_tokens"])
-    out = {v: {} for v in VARIANTS}
     samples = {v: {"prefill": {c: [] for c in p["prefill_chunks"]}, "static": []} for v in VARIANTS}
-    for _ in range(p["repeats"]):
+    for _ in range(rounds):
         for v, e in VARIANTS.items():
             e = dataclasses.replace(e, threads=cfg.engine.threads)
             configs = [(e.prefill_attention, c) for c in p["prefill_chunks"]]
             for (_, c), ts in bench.prefill_split(m, configs, n, 1, e).items():
                 samples[v]["prefill"][c] += ts
             samples[v]["static"].append(bench.engine_batch_tokens_per_s(m, e, prompts, p["static_new_tokens"]))
+    return samples
+
+
+def merged(*parts: dict[str, dict]) -> dict[str, dict]:
+    """offline_samples' results pooled (rounds taken before and after the peer's)."""
+    out = {v: {"prefill": {c: [] for c in parts[0][v]["prefill"]}, "static": []} for v in parts[0]}
+    for part in parts:
+        for v, s in part.items():
+            for c, ts in s["prefill"].items():
+                out[v]["prefill"][c] += ts
+            out[v]["static"] += s["static"]
+    return out
+
+
+def ours(p: dict, overrides: list[str], samples: dict[str, dict] | None = None) -> dict[str, dict[str, float]]:
+    """Every measurement of our engine, per variant, the variants alternated round by round.
+    samples: offline rounds already taken (offline_samples; perf takes half before vLLM's worker
+    and half after, so a slow drift of the machine weighs on both engines alike); else p["repeats"] now."""
+    n = p["prompt_tokens"]
+    samples = samples or offline_samples(p, overrides, p["repeats"])
+    out = {v: {} for v in VARIANTS}
     for v in VARIANTS:
         out[v] |= {f"prefill_{-(-n // c)}x{c}_s": statistics.median(ts) for c, ts in samples[v]["prefill"].items()}
         out[v]["static_tokens_per_s"] = statistics.median(samples[v]["static"])
