@@ -125,6 +125,8 @@ at::Tensor panel_linear(const at::Tensor& x, const at::Tensor& panels, int64_t o
   const float* wp = panels.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   const int64_t groups = (P + kPanels - 1) / kPanels, chunks = (M + kChunkRows - 1) / kChunkRows;
+  // Panel p's first float; past the last panel, the last one (its zero padding columns add nothing).
+  auto panel_at = [&](int64_t p) { return wp + std::min(p, P - 1) * K * kPanel; };
   // Items chunk-major: a thread's consecutive items share their rows of x.
   at::parallel_for(0, chunks * groups, 1, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
@@ -132,14 +134,14 @@ at::Tensor panel_linear(const at::Tensor& x, const at::Tensor& panels, int64_t o
       const float* pan[kPanels];
       int64_t cols[kPanels];
       for (int64_t p = 0; p < kPanels; ++p) {
-        pan[p] = wp + std::min(p0 + p, P - 1) * K * kPanel;
+        pan[p] = panel_at(p0 + p);
         cols[p] = p < np ? std::min(kPanel, N - (p0 + p) * kPanel) : 0;
       }
       // This thread's next item's panels (its next group), pulled toward L2 during the first row
       // block: the later blocks re-read this item's panels from L1/L2 while those arrive.
       const float* next[kPanels];
       const int64_t next_p0 = ((item + 1) % groups) * kPanels;
-      for (int64_t p = 0; p < kPanels; ++p) next[p] = wp + std::min(next_p0 + p, P - 1) * K * kPanel;
+      for (int64_t p = 0; p < kPanels; ++p) next[p] = panel_at(next_p0 + p);
       const float* const* ahead = item + 1 < end ? next : nullptr;
       const auto [r_begin, r_end] = part(M, chunks, item / groups);
       const int64_t blocks = (r_end - r_begin + kMaxRows - 1) / kMaxRows;

@@ -1,0 +1,43 @@
+"""The perf stage's prefill ratios (pipelines/perf.py) on a machine whose speed drifts mid-stage."""
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pipelines"))
+import perf  # noqa: E402
+
+
+def drifting_machine(monkeypatch, slowdown_after: int):
+    """bench stand-ins on a machine that runs 2x slower from the `slowdown_after`-th measurement on.
+    At full speed: peak 500 GFLOP/s, one pass 10 ms (mkl 20 ms), chunks 1.1x the one pass."""
+    calls, orders = [0], []
+
+    def speed():
+        calls[0] += 1
+        return 1.0 if calls[0] <= slowdown_after else 0.5
+
+    def gemm_peaks(m, rows):
+        return {"mkl": 200.0 * speed(), "panels": 500.0 * speed()}
+
+    def prefill_split(m, configs, prompt_tokens, repeats, engine_cfg):
+        orders.append([c for _, c in configs])
+        base = 0.010 if engine_cfg is perf.PATHS["probed"] else 0.020
+        return {(impl, c): [base * (1.0 if c == prompt_tokens else 1.1) / speed()] for impl, c in configs}
+
+    monkeypatch.setattr(perf.bench, "gemm_peaks", gemm_peaks)
+    monkeypatch.setattr(perf.bench, "prefill_split", prefill_split)
+    return orders
+
+
+def test_ratios_pair_measurements_of_the_same_round_and_the_split_order_flips(monkeypatch):
+    p = {"prompt_tokens": 1536, "chunk_tokens": 64, "repeats": 5}
+    orders = drifting_machine(monkeypatch, slowdown_after=7)  # 5 measurements a round: slows inside round 2
+    rounds = perf.prefill(None, p)
+    assert orders[::2] == [[1536, 64], [64, 1536], [1536, 64], [64, 1536], [1536, 64]]
+    flops = 0.5 * 500e9 * 0.010  # half the peak at full speed
+    pre, fraction, ratio = perf.paired(rounds, flops)
+    assert ratio["probed"] == pytest.approx(1.1) and ratio["mkl"] == pytest.approx(1.1)
+    assert fraction["probed"] == pytest.approx(0.5) and fraction["mkl"] == pytest.approx(0.25)
+    # against the stage's best peak, the median one pass (a slow round's) reads as half the machine's rate
+    assert flops / pre["probed"][0] / 1e9 / 500.0 == pytest.approx(0.25)
