@@ -288,7 +288,8 @@ def main() -> None:
           f"One {serve['prompt_tokens']}-token prompt prefilled in one pass and in chunks (`LLM.generate`-style, "
           f"max_tokens 1); a static batch of {serve['static_batch']} x {serve['static_prompt_tokens']}-token prompts + "
           f"{serve['static_new_tokens']} new tokens; the ch10 mix, {serve['serve_requests']} requests at "
-          f"{serve['rate_per_s']}/s (seed {serve['seed']}), replayed in real time at each budget (b64_... = budget 64). "
+          f"{serve['rate_per_s']}/s (seed {serve['seed']}), replayed in real time {serve.get('serve_repeats', 1)} times by "
+          "each engine at each budget (b64_... = budget 64), each percentile the median over the replays. "
           "TTFT, every-gap ITL and TPOT computed from both engines' token timestamps by the same code. "
           + peer_note, "",
           peer.to_markdown(index=False, floatfmt=".3f"), "",

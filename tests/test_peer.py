@@ -109,3 +109,11 @@ def test_offline_rounds_taken_either_side_of_the_peer_are_pooled():
     assert pooled["after"]["prefill"][1536] == [0.07, 0.09, 0.08]
     got = compare.ours({"prompt_tokens": 1536, "budgets": []}, [], pooled)
     assert got["after"]["prefill_1x1536_s"] == 0.08 and got["before"]["static_tokens_per_s"] == 1900.0
+
+
+def test_each_serving_percentile_is_the_median_over_replays(monkeypatch):
+    """One replay's p99 is its second-worst request: the table takes, per percentile, the median
+    over serve_repeats replays of the same requests, for both engines alike."""
+    monkeypatch.setattr(compare, "latency", lambda records: {"ttft_p99_s": records[0], "tpot_p50_s": records[1]})
+    got = compare.median_latency([[0.149, 0.001], [0.136, 0.003], [0.400, 0.002]])
+    assert got == {"ttft_p99_s": 0.149, "tpot_p50_s": 0.002}

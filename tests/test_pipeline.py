@@ -24,7 +24,7 @@ TINY = {
              "hf_prompt_tokens": 16, "hf_new_tokens": 4, "rss_requests": [3, 6], "budgets": [16, 8192],
              "sim_requests": 6, "sim_trace_rows": 30, "time_build": False, "overrides": MICRO_MIX,
              "peer": {"repeats": 1, "prompt_tokens": 96, "prefill_chunks": [96, 32], "static_batch": 2,
-                      "static_prompt_tokens": 16, "static_new_tokens": 4, "static_budget": 8192, "serve_requests": 4,
+                      "static_prompt_tokens": 16, "static_new_tokens": 4, "static_budget": 8192, "serve_requests": 4, "serve_repeats": 2,
                       "rate_per_s": 8.0, "seed": 3, "budgets": [16, 8192]}},
     "capacity": {"num_requests": 6, "overrides": MICRO_MIX, "rel_tol": 0.5, "sim_rel_tol": 0.1, "widen": 4.0},
     "sim": {"seeds": [1, 2], "num_requests": 30, "overrides": MICRO_MIX},
