@@ -70,13 +70,18 @@ def row(name, value, unit, goal, goal_text, how, before=None):
             AFTER: round(value, 4), "met": met, "how": how}
 
 
-def by_path(measure) -> dict[str, float]:
-    """measure(engine_cfg) -> list of samples, for each path, alternated twice; median of each path's samples."""
+def alternated(measure, rounds: int = 2) -> dict[str, list[float]]:
+    """measure(engine_cfg) -> list of samples, for each path, the paths alternated `rounds` times."""
     samples = {name: [] for name in PATHS}
-    for _ in range(2):
+    for _ in range(rounds):
         for name, e in PATHS.items():
             samples[name] += measure(e)
-    return {name: statistics.median(x) for name, x in samples.items()}
+    return samples
+
+
+def by_path(measure) -> dict[str, float]:
+    """The median of each path's samples from alternated() twice."""
+    return {name: statistics.median(x) for name, x in alternated(measure).items()}
 
 
 def prefill(m, p) -> list[dict]:
@@ -124,18 +129,18 @@ def limits(p, cfg) -> list[dict]:
     m = cfg.model
     n, chunk, ctx = p["prompt_tokens"], p["chunk_tokens"], p["decode_context"]
     peaks_before, bw_before = bench.gemm_peaks(m, n), bench.memory_bandwidth_gbs()
-    rounds = prefill(m, p)
-    pre, fraction, ratio = paired(rounds, bench.prefill_flops(m, n))
-    prefill_gflops = {k: bench.prefill_flops(m, n) / one / 1e9 for k, (one, _) in pre.items()}
+    rounds, flops = prefill(m, p), bench.prefill_flops(m, n)
+    pre, fraction, ratio = paired(rounds, flops)
+    prefill_gflops = {k: flops / one / 1e9 for k, (one, _) in pre.items()}
     decode_s = by_path(lambda e: bench.decode_step_s(m, e, 8, ctx, p["repeats"] * 2))
     weights, kv = bench.decode_bytes(m, 8, ctx)
     step_s = by_path(lambda e: bench.step_overhead_s(m, e, 150))
     # median of 3 runs, paths alternated: one 0.5 s run's growth read 0.87-1.48 on this VM, either path
-    growths = {k: [] for k in PATHS}
-    for _ in range(3):
-        for k, e in PATHS.items():
-            early, late = bench.overhead_by_finished(m, e, p["overhead_requests"])
-            growths[k].append(late / early)
+    def growth_of(e) -> list[float]:
+        early, late = bench.overhead_by_finished(m, e, p["overhead_requests"])
+        return [late / early]
+
+    growths = alternated(growth_of, 3)
     growth = {k: statistics.median(g) for k, g in growths.items()}
     prompts = bench.static_batch_prompts(8, p["hf_prompt_tokens"])
     # alternated, median of three each: one run of any of them swung by 2x on this shared VM
