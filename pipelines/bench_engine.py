@@ -5,11 +5,48 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import statistics
+import time
 
 import torch
 
 from chunklab import bench
 from chunklab.config import EngineConfig, ModelConfig
+from chunklab.engine.sequence import Request
+from chunklab.engine.serve import serve
+from chunklab.workload.synthetic import prompt_ids
+
+
+def chunking_by_threads(model: ModelConfig, engine_cfg: EngineConfig, prompt_tokens: int, chunk_tokens: int,
+                        rounds: int, thread_counts: tuple[int, ...]) -> dict[int, dict[str, float]]:
+    """Where a chunked prefill's extra time goes: per thread count, one prompt served in one pass and
+    in chunks of chunk_tokens. Each round runs every thread count (order flipped every round) and both
+    splits, after a warm-up round; "ratio" is the median over rounds of each round's chunked / one
+    pass, "one_s" and "chunked_s" the medians. A ratio that grows with threads is parallel overhead
+    (work between parallel regions, paid once a chunk); one that does not is the chunks' own cost.
+    torch's thread count is restored afterwards."""
+    engine = bench.make_engine(model, engine_cfg, budget=prompt_tokens, max_num_seqs=1)
+    req = Request(0, 0.0, prompt_ids(0, 0, prompt_tokens, 256), 1)
+    samples = {t: {"one_s": [], "chunked_s": [], "ratio": []} for t in thread_counts}
+    before = torch.get_num_threads()
+    try:
+        for round_ in range(rounds + 1):
+            for threads in thread_counts if round_ % 2 else thread_counts[::-1]:
+                torch.set_num_threads(threads)
+                took = {}
+                for name, budget in (("one_s", prompt_tokens), ("chunked_s", chunk_tokens)):
+                    engine.scheduler.cfg = dataclasses.replace(engine.scheduler.cfg, budget=budget)
+                    t0 = time.perf_counter()
+                    serve(engine, [req])
+                    took[name] = time.perf_counter() - t0
+                if round_ > 0:  # round 0 warms every thread count up
+                    for name, s in took.items():
+                        samples[threads][name].append(s)
+                    samples[threads]["ratio"].append(took["chunked_s"] / took["one_s"])
+    finally:
+        torch.set_num_threads(before)
+    return {t: {name: statistics.median(xs) for name, xs in by.items()} for t, by in samples.items()}
 
 
 def main() -> None:
@@ -40,6 +77,17 @@ def main() -> None:
     print(f"\ndecode step, batch 8, ~1600 tokens of context: {dec:.2f} ms")
     ovh = bench.median_ms(bench.step_overhead_s(model, engine_cfg, repeats=200))
     print(f"step with one decode token at tiny context: {ovh:.3f} ms")
+    threads = torch.get_num_threads()
+    if threads > 1:
+        chunk = 64
+        n = -(-args.prompt_tokens // chunk)
+        print(f"\n{n} x {chunk} against one pass, by threads (alternated; medians of {args.repeats} rounds):")
+        print(f"{'threads':>7} {'one pass ms':>11} {f'{n} x {chunk} ms':>11} {'ratio':>6} {'speedup 1 pass':>14} "
+              f"{'speedup chunks':>14}")
+        by = chunking_by_threads(model, engine_cfg, args.prompt_tokens, chunk, args.repeats, (1, threads))
+        for t, r in by.items():
+            print(f"{t:>7} {1e3 * r['one_s']:>11.1f} {1e3 * r['chunked_s']:>11.1f} {r['ratio']:>6.3f} "
+                  f"{by[1]['one_s'] / r['one_s']:>14.2f} {by[1]['chunked_s'] / r['chunked_s']:>14.2f}")
 
 
 if __name__ == "__main__":

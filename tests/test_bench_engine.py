@@ -1,0 +1,42 @@
+"""The engine micro-benchmark's chunking-by-threads diagnostic (pipelines/bench_engine.py)."""
+import sys
+import types
+from pathlib import Path
+
+import torch
+
+from chunklab.config import EngineConfig
+from helpers import MICRO
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pipelines"))
+import bench_engine  # noqa: E402
+
+
+def test_chunking_by_threads_pairs_each_round_and_restores_threads(monkeypatch):
+    seen, ticks = [], [0.0]
+
+    def clock():
+        return ticks[0]
+
+    def fake_serve(engine, requests):
+        # 4 s of work for the prompt on one thread, half that on two; two threads also pay 0.1 s a chunk
+        chunks = -(-len(requests[0].prompt_token_ids) // engine.scheduler.cfg.budget)
+        threads = torch.get_num_threads()
+        seen.append(threads)
+        ticks[0] += 4.0 / threads + (0.1 * chunks if threads > 1 else 0.0)
+
+    monkeypatch.setattr(bench_engine, "time", types.SimpleNamespace(perf_counter=clock))
+    monkeypatch.setattr(bench_engine, "serve", fake_serve)
+    original = torch.get_num_threads()
+    torch.set_num_threads(3)  # neither count measured: a missing restore would leave 1 or 2
+    try:
+        by = bench_engine.chunking_by_threads(MICRO, EngineConfig(compile=False), 128, 32, rounds=3,
+                                              thread_counts=(1, 2))
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(original)
+    assert by[1] == {"one_s": 4.0, "chunked_s": 4.0, "ratio": 1.0}
+    assert abs(by[2]["one_s"] - 2.1) < 1e-9 and abs(by[2]["chunked_s"] - 2.4) < 1e-9
+    assert abs(by[2]["ratio"] - 2.4 / 2.1) < 1e-9  # the chunks' overhead shows as a ratio growing with threads
+    # a warm-up round, then 3 rounds; both thread counts in each, the order flipped every round
+    assert seen == [2, 2, 1, 1] + [1, 1, 2, 2] + [2, 2, 1, 1] + [1, 1, 2, 2]
