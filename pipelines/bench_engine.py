@@ -21,8 +21,8 @@ from chunklab.workload.synthetic import prompt_ids
 def chunking_by_threads(model: ModelConfig, engine_cfg: EngineConfig, prompt_tokens: int, chunk_tokens: int,
                         rounds: int, thread_counts: tuple[int, ...]) -> dict[int, dict[str, float]]:
     """Where a chunked prefill's extra time goes: per thread count, one prompt served in one pass and
-    in chunks of chunk_tokens. Each round runs every thread count (order flipped every round) and both
-    splits, after a warm-up round; "ratio" is the median over rounds of each round's chunked / one
+    in chunks of chunk_tokens. Each round runs every thread count and, at each, both splits (both
+    orders flipped every round), after a warm-up round; "ratio" is the median over rounds of each round's chunked / one
     pass, "one_s" and "chunked_s" the medians. A ratio that grows with threads is parallel overhead
     (work between parallel regions, paid once a chunk); one that does not is the chunks' own cost.
     torch's thread count is restored afterwards."""
@@ -35,7 +35,8 @@ def chunking_by_threads(model: ModelConfig, engine_cfg: EngineConfig, prompt_tok
             for threads in thread_counts if round_ % 2 else thread_counts[::-1]:
                 torch.set_num_threads(threads)
                 took = {}
-                for name, budget in (("one_s", prompt_tokens), ("chunked_s", chunk_tokens)):
+                splits = (("one_s", prompt_tokens), ("chunked_s", chunk_tokens))
+                for name, budget in splits if round_ % 2 else splits[::-1]:
                     engine.scheduler.cfg = dataclasses.replace(engine.scheduler.cfg, budget=budget)
                     t0 = time.perf_counter()
                     serve(engine, [req])

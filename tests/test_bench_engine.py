@@ -22,7 +22,7 @@ def test_chunking_by_threads_pairs_each_round_and_restores_threads(monkeypatch):
         # 4 s of work for the prompt on one thread, half that on two; two threads also pay 0.1 s a chunk
         chunks = -(-len(requests[0].prompt_token_ids) // engine.scheduler.cfg.budget)
         threads = torch.get_num_threads()
-        seen.append(threads)
+        seen.append((threads, chunks))
         ticks[0] += 4.0 / threads + (0.1 * chunks if threads > 1 else 0.0)
 
     monkeypatch.setattr(bench_engine, "time", types.SimpleNamespace(perf_counter=clock))
@@ -38,5 +38,8 @@ def test_chunking_by_threads_pairs_each_round_and_restores_threads(monkeypatch):
     assert by[1] == {"one_s": 4.0, "chunked_s": 4.0, "ratio": 1.0}
     assert abs(by[2]["one_s"] - 2.1) < 1e-9 and abs(by[2]["chunked_s"] - 2.4) < 1e-9
     assert abs(by[2]["ratio"] - 2.4 / 2.1) < 1e-9  # the chunks' overhead shows as a ratio growing with threads
-    # a warm-up round, then 3 rounds; both thread counts in each, the order flipped every round
-    assert seen == [2, 2, 1, 1] + [1, 1, 2, 2] + [2, 2, 1, 1] + [1, 1, 2, 2]
+    # a warm-up round, then 3 rounds: both thread counts in each and both splits at each (4 chunks of
+    # 32 and one pass), each order flipped every round
+    even = [(2, 4), (2, 1), (1, 4), (1, 1)]
+    odd = [(1, 1), (1, 4), (2, 1), (2, 4)]
+    assert seen == even + odd + even + odd
