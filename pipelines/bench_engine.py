@@ -7,44 +7,34 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import time
 
 import torch
 
 from chunklab import bench
 from chunklab.config import EngineConfig, ModelConfig
-from chunklab.engine.sequence import Request
-from chunklab.engine.serve import serve
-from chunklab.workload.synthetic import prompt_ids
 
 
 def chunking_by_threads(model: ModelConfig, engine_cfg: EngineConfig, prompt_tokens: int, chunk_tokens: int,
                         rounds: int, thread_counts: tuple[int, ...]) -> dict[int, dict[str, float]]:
-    """Where a chunked prefill's extra time goes: per thread count, one prompt served in one pass and
-    in chunks of chunk_tokens. Each round runs every thread count and, at each, both splits (both
-    orders flipped every round), after a warm-up round; "ratio" is the median over rounds of each round's chunked / one
-    pass, "one_s" and "chunked_s" the medians. A ratio that grows with threads is parallel overhead
-    (work between parallel regions, paid once a chunk); one that does not is the chunks' own cost.
-    torch's thread count is restored afterwards."""
-    engine = bench.make_engine(model, engine_cfg, budget=prompt_tokens, max_num_seqs=1)
-    req = Request(0, 0.0, prompt_ids(0, 0, prompt_tokens, 256), 1)
+    """Where a chunked prefill's extra time goes: per thread count (engine.threads), one prompt served
+    in one pass and in chunks of chunk_tokens through bench.prefill_split. Each round runs every thread
+    count and, at each, both splits (both orders flipped every round); "ratio" is the median over
+    rounds of each round's chunked / one pass, "one_s" and "chunked_s" the medians. A ratio that
+    grows with threads is parallel overhead (work between parallel regions, paid once a chunk); one
+    that does not is the chunks' own cost. torch's thread count, which each engine sets, is restored."""
+    impl = engine_cfg.prefill_attention
+    splits = [(impl, prompt_tokens), (impl, chunk_tokens)]
     samples = {t: {"one_s": [], "chunked_s": [], "ratio": []} for t in thread_counts}
     before = torch.get_num_threads()
     try:
-        for round_ in range(rounds + 1):
+        for round_ in range(rounds):
             for threads in thread_counts if round_ % 2 else thread_counts[::-1]:
-                torch.set_num_threads(threads)
-                took = {}
-                splits = (("one_s", prompt_tokens), ("chunked_s", chunk_tokens))
-                for name, budget in splits if round_ % 2 else splits[::-1]:
-                    engine.scheduler.cfg = dataclasses.replace(engine.scheduler.cfg, budget=budget)
-                    t0 = time.perf_counter()
-                    serve(engine, [req])
-                    took[name] = time.perf_counter() - t0
-                if round_ > 0:  # round 0 warms every thread count up
-                    for name, s in took.items():
-                        samples[threads][name].append(s)
-                    samples[threads]["ratio"].append(took["chunked_s"] / took["one_s"])
+                took = bench.prefill_split(model, splits if round_ % 2 else splits[::-1], prompt_tokens, 1,
+                                           dataclasses.replace(engine_cfg, threads=threads))
+                one, chunked = took[splits[0]][0], took[splits[1]][0]
+                samples[threads]["one_s"].append(one)
+                samples[threads]["chunked_s"].append(chunked)
+                samples[threads]["ratio"].append(chunked / one)
     finally:
         torch.set_num_threads(before)
     return {t: {name: statistics.median(xs) for name, xs in by.items()} for t, by in samples.items()}

@@ -1,6 +1,5 @@
 """The engine micro-benchmark's chunking-by-threads diagnostic (pipelines/bench_engine.py)."""
 import sys
-import types
 from pathlib import Path
 
 import torch
@@ -13,20 +12,20 @@ import bench_engine  # noqa: E402
 
 
 def test_chunking_by_threads_pairs_each_round_and_restores_threads(monkeypatch):
-    seen, ticks = [], [0.0]
+    seen = []
 
-    def clock():
-        return ticks[0]
+    def fake_prefill_split(m, configs, prompt_tokens, repeats, engine_cfg):
+        # 4 s of work for the prompt on one thread, half that on two; two threads also pay 0.1 s a chunk.
+        # Like a real engine's construction, it sets torch's thread count to engine.threads.
+        torch.set_num_threads(engine_cfg.threads)
+        out = {}
+        for impl, chunk in configs:
+            chunks = -(-prompt_tokens // chunk)
+            seen.append((engine_cfg.threads, chunks))
+            out[(impl, chunk)] = [4.0 / engine_cfg.threads + (0.1 * chunks if engine_cfg.threads > 1 else 0.0)]
+        return out
 
-    def fake_serve(engine, requests):
-        # 4 s of work for the prompt on one thread, half that on two; two threads also pay 0.1 s a chunk
-        chunks = -(-len(requests[0].prompt_token_ids) // engine.scheduler.cfg.budget)
-        threads = torch.get_num_threads()
-        seen.append((threads, chunks))
-        ticks[0] += 4.0 / threads + (0.1 * chunks if threads > 1 else 0.0)
-
-    monkeypatch.setattr(bench_engine, "time", types.SimpleNamespace(perf_counter=clock))
-    monkeypatch.setattr(bench_engine, "serve", fake_serve)
+    monkeypatch.setattr(bench_engine.bench, "prefill_split", fake_prefill_split)
     original = torch.get_num_threads()
     torch.set_num_threads(3)  # neither count measured: a missing restore would leave 1 or 2
     try:
@@ -38,8 +37,8 @@ def test_chunking_by_threads_pairs_each_round_and_restores_threads(monkeypatch):
     assert by[1] == {"one_s": 4.0, "chunked_s": 4.0, "ratio": 1.0}
     assert abs(by[2]["one_s"] - 2.1) < 1e-9 and abs(by[2]["chunked_s"] - 2.4) < 1e-9
     assert abs(by[2]["ratio"] - 2.4 / 2.1) < 1e-9  # the chunks' overhead shows as a ratio growing with threads
-    # a warm-up round, then 3 rounds: both thread counts in each and both splits at each (4 chunks of
-    # 32 and one pass), each order flipped every round
+    # 3 rounds (prefill_split warms each up): both thread counts in each and both splits at each (4
+    # chunks of 32 and one pass), each order flipped every round
     even = [(2, 4), (2, 1), (1, 4), (1, 1)]
     odd = [(1, 1), (1, 4), (2, 1), (2, 4)]
-    assert seen == even + odd + even + odd
+    assert seen == even + odd + even
