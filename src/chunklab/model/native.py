@@ -111,9 +111,18 @@ class FusedForward:
         self.prefill_attention = PREFILL_ATTENTION.index(prefill_attention)
         projections = [w.detach() for b in model.blocks for w in (b.attn.wqkv, b.attn.wo, b.mlp.w_gate_up, b.mlp.w_down)]
         self.packed = [pack(w) for w in projections] if "onednn" in linear_plan.uses else []
-        self.panels = [self.ext.pack_panels(w) for w in projections] if "panels" in linear_plan.uses else []
+        self.panels = self._pack_panels(model) if "panels" in linear_plan.uses else []
         self.rope_cos = model.rope_cos.float().contiguous()
         self.rope_sin = model.rope_sin.float().contiguous()
+
+    def _pack_panels(self, model: TinyGPT) -> list[torch.Tensor]:
+        """Per layer (wqkv, wo, w_gate_up, w_down) in panel form, as fused_forward.cpp's panel path runs
+        them: the RMSNorm gains folded into the rows of wqkv and w_gate_up, w_gate_up's gate and up
+        columns packed in pairs (its GEMM writes silu(gate) * up)."""
+        pack = self.ext.pack_panels
+        return [p for b in model.blocks
+                for p in (pack(b.attn.wqkv.detach(), b.attn_norm.detach()), pack(b.attn.wo.detach()),
+                          pack(b.mlp.w_gate_up.detach(), b.mlp_norm.detach(), pairs=True), pack(b.mlp.w_down.detach()))]
 
     def __call__(self, input_ids: torch.Tensor, block_tables: torch.Tensor, starts: list[int],
                  num_tokens: list[int], num_decodes: int, kv_cache) -> torch.Tensor:

@@ -14,10 +14,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   at::parallel_for(0, T, 64, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const float* row = xp + t * C;
-      float ss = 0.f;
-#pragma omp simd reduction(+ : ss)
-      for (int64_t c = 0; c < C; ++c) ss += row[c] * row[c];
-      const float inv = 1.f / std::sqrt(ss / C + static_cast<float>(eps));
+      const float inv = inverse_rms(row, C, static_cast<float>(eps));
       float* o = op + t * C;
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) o[c] = row[c] * inv * wp[c];

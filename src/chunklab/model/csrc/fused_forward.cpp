@@ -7,7 +7,10 @@
 // model/linear_library.py's), and everything between them is a few fused loops:
 // RMSNorm, RoPE + KV-cache write, SiLU-mul, paged decode attention that reads each
 // K/V block in place (no gather, no mask tensor), and paged causal attention for
-// prefill chunks (prefill_attention.cpp; ATen's SDPA where asked).
+// prefill chunks (prefill_attention.cpp; ATen's SDPA where asked). On panel_linear's path the
+// RMSNorms, the residual adds and SiLU-mul run inside the GEMMs' own parallel regions
+// (panel_gemm's epilogues): at 64-row chunks each separate pass cost a region or an ATen op
+// more than its arithmetic.
 //
 // Contract (float32, CPU, contiguous):
 //   input_ids [T] int64; the batch is sequences laid out one after another, the
@@ -19,7 +22,8 @@
 //   weights: embed, then per layer (attn_norm, wqkv [C, (H+2Hkv)D], wo, mlp_norm,
 //   w_gate_up [C, 2F], w_down), then final_norm.  rope_cos/sin [max_seq, D].
 //   packed, panels: per layer (wqkv, wo, w_gate_up, w_down) prepacked for oneDNN and for
-//   panel_linear, each empty unless the plan uses that library. library: this call's
+//   panel_linear, each empty unless the plan uses that library. The panels of wqkv and
+//   w_gate_up carry their RMSNorm's gain (pack_panels' row_scale), w_gate_up's as gate/up pairs. library: this call's
 //   linear layers run through MKL (0), oneDNN (1) or panel_linear (2). prefill_attention:
 //   prefill chunks attend through ATen's SDPA (0) or paged_prefill_attention (1; where its
 //   prefill_kernel_supports the shape, else SDPA).
@@ -168,7 +172,13 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
     };
     auto k_layer = k_pool[layer], v_layer = v_pool[layer];
     const KVBlocks kv = kv_blocks(k_layer, v_layer, s);
-    auto qkv = lin(rms_norm(x, w[0], eps), w[1], 0);  // [T, (H + 2Hkv) D]
+    at::Tensor qkv;  // [T, (H + 2Hkv) D]
+    if (lib == kPanels) {  // RMSNorm inside the GEMM: its gain is in the panels (FusedForward packs them so)
+      qkv = at::empty({T, w[1].size(1)}, x.options());
+      panel_gemm(x, pp[0], qkv, Epilogue::kStore, eps);
+    } else {
+      qkv = lin(rms_norm(x, w[0], eps), w[1], 0);
+    }
     rope_and_cache_write(qkv, rope_cos, rope_sin, positions, slots, kv, s);
     if (num_decodes > 0) paged_decode_attention(qkv, kv, tables, max_blocks, context_lens, attn, s);
     if (!chunks.empty()) paged_prefill_attention(qkv, kv, tables, max_blocks, chunks, attn, s);
@@ -181,7 +191,12 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
       const int64_t n = std::min(kRowTile, T - r);
       auto xt = x.narrow(0, r, n);
       auto at = attn.narrow(0, r, n);
-      if (lib == kMkl) {  // MKL adds into xt itself (beta = 1)
+      if (lib == kPanels) {  // the residual adds, RMSNorm and SiLU-mul inside the GEMMs: 4 parallel regions, no other pass
+        panel_gemm(at, pp[1], xt, Epilogue::kAdd, -1.0);
+        auto act = at::empty({n, w[5].size(0)}, x.options());
+        panel_gemm(xt, pp[2], act, Epilogue::kSiluPairs, eps);
+        panel_gemm(act, pp[3], xt, Epilogue::kAdd, -1.0);
+      } else if (lib == kMkl) {  // MKL adds into xt itself (beta = 1)
         xt.addmm_(at, w[2]);
         xt.addmm_(silu_mul(at::mm(rms_norm(xt, w[3], eps), w[4])), w[5]);
       } else {
@@ -207,7 +222,16 @@ std::string vector_isa() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("vector_isa", &vector_isa, "avx512, avx2 or generic: the vector paths this build's kernels take");
   m.def("forward", &forward, "TinyGPT forward over a paged KV pool (float32, CPU)");
-  m.def("pack_panels", &pack_panels, "a [in, out] float32 weight in panel_linear's packed form");
+  m.def("pack_panels", &pack_panels, "a [in, out] float32 weight in panel_linear's packed form", py::arg("w"),
+        py::arg("row_scale") = py::none(), py::arg("pairs") = false);
+  m.def(
+      "panel_gemm",
+      [](const at::Tensor& x, const at::Tensor& panels, at::Tensor y, int64_t epilogue, double norm_eps) {
+        TORCH_CHECK(epilogue >= 0 && epilogue <= 2, "unknown epilogue ", epilogue);
+        panel_gemm(x, panels, y, static_cast<Epilogue>(epilogue), norm_eps);
+      },
+      "y = epilogue(x @ w): 0 store, 1 add, 2 silu(gate) * up; rows RMS-normalised first when norm_eps >= 0",
+      py::arg("x"), py::arg("panels"), py::arg("y"), py::arg("epilogue"), py::arg("norm_eps") = -1.0);
   m.def("panel_linear", &panel_linear, "x @ w for a few rows of x, w in pack_panels' form (out_features given)");
   m.def("onednn_rows", &onednn_rows, "the row count a oneDNN linear of `rows` rows runs at (padded to a bucket)");
 }

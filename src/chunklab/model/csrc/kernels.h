@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 namespace chunklab {
@@ -135,6 +136,14 @@ inline float exp1(float x) {
   return v[0];
 }
 
+// 1 / sqrt(mean(row^2) + eps): RMSNorm's scale of one row of C floats.
+inline float inverse_rms(const float* row, int64_t C, float eps) {
+  float ss = 0.f;
+#pragma omp simd reduction(+ : ss)
+  for (int64_t c = 0; c < C; ++c) ss += row[c] * row[c];
+  return 1.f / std::sqrt(ss / C + eps);
+}
+
 // out[t] = x[t] * rsqrt(mean(x[t]^2) + eps) * w
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
 
@@ -170,8 +179,19 @@ void paged_prefill_attention(const at::Tensor& qkv, const KVBlocks& kv, const in
 // Positions [0, ctx) of one sequence's K and V, gathered for ATen's SDPA: two [Hkv, ctx, D] tensors.
 std::pair<at::Tensor, at::Tensor> gather_context(const KVBlocks& kv, const int32_t* table, int64_t ctx);
 
-// Small-batch linear layers (panel_linear.cpp): w [in, out] repacked once into column panels.
-at::Tensor pack_panels(const at::Tensor& w);
+// Small-batch linear layers (panel_linear.cpp): w [in, out] repacked once into column panels;
+// row_scale [in] multiplies w's rows first (an RMSNorm gain folded in); pairs: w is [gate | up]
+// and gate panel i sits beside up panel i (for kSiluPairs).
+at::Tensor pack_panels(const at::Tensor& w, const std::optional<at::Tensor>& row_scale = std::nullopt,
+                       bool pairs = false);
 at::Tensor panel_linear(const at::Tensor& x, const at::Tensor& panels, int64_t out_features);
+
+// What panel_gemm does with x @ w before it leaves registers: y = it, y += it (a residual
+// stream), or y = silu(gate) * up of a pairs-packed [gate | up] weight (y is [M, F]).
+enum class Epilogue : int64_t { kStore = 0, kAdd = 1, kSiluPairs = 2 };
+
+// y (given; rows may be strided) = epilogue(x' @ w), x' = x with each row divided by its rms
+// when norm_eps >= 0 (RMSNorm; its gain is in the panels, packed with row_scale), else x.
+void panel_gemm(const at::Tensor& x, const at::Tensor& panels, at::Tensor& y, Epilogue epilogue, double norm_eps);
 
 }  // namespace chunklab
