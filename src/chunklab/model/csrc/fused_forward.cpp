@@ -23,7 +23,8 @@
 //   w_gate_up [C, 2F], w_down), then final_norm.  rope_cos/sin [max_seq, D].
 //   packed, panels: per layer (wqkv, wo, w_gate_up, w_down) prepacked for oneDNN and for
 //   panel_linear, each empty unless the plan uses that library. The panels of wqkv and
-//   w_gate_up carry their RMSNorm's gain (pack_panels' row_scale), w_gate_up's as gate/up pairs. library: this call's
+//   w_gate_up carry their RMSNorm's gain (pack_panels' row_scale), w_gate_up's packed as
+//   gate/up pairs. library: this call's
 //   linear layers run through MKL (0), oneDNN (1) or panel_linear (2). prefill_attention:
 //   prefill chunks attend through ATen's SDPA (0) or paged_prefill_attention (1; where its
 //   prefill_kernel_supports the shape, else SDPA).
@@ -191,7 +192,7 @@ at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& block_tables, 
       const int64_t n = std::min(kRowTile, T - r);
       auto xt = x.narrow(0, r, n);
       auto at = attn.narrow(0, r, n);
-      if (lib == kPanels) {  // the residual adds, RMSNorm and SiLU-mul inside the GEMMs: 4 parallel regions, no other pass
+      if (lib == kPanels) {  // the residual adds, RMSNorm and SiLU-mul inside the GEMMs: 3 parallel regions, no other pass
         panel_gemm(at, pp[1], xt, Epilogue::kAdd, -1.0);
         auto act = at::empty({n, w[5].size(0)}, x.options());
         panel_gemm(xt, pp[2], act, Epilogue::kSiluPairs, eps);
