@@ -41,6 +41,35 @@ def test_a_fingerprint_names_the_machine_threads_and_engine_build():
     assert "2 threads" in describe(two) and two["cpu_model"] in describe(two)
 
 
+
+# /proc/cpuinfo heads of two VMs seen on this project, both named "AMD EPYC": a Zen 5 with AVX-512
+# and one on KVM's generic EPYC model without it. The same code ran 2-3x apart on them.
+ZEN5 = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n" \
+       "stepping\t: 1\nflags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512bw\n\nprocessor\t: 1\ncpu family\t: 99\n"
+EPYC_KVM = "processor\t: 0\ncpu family\t: 23\nmodel\t\t: 1\nmodel name\t: AMD EPYC\nstepping\t: 2\n" \
+           "flags\t\t: fpu sse4_2 avx avx2 fma\n"
+
+
+@pytest.mark.parametrize("text, expected", [(ZEN5, "AMD EPYC (family 26 model 2 stepping 1, avx512f"),
+                                            (EPYC_KVM, "AMD EPYC (family 23 model 1 stepping 2, avx2")])
+def test_cpus_sold_under_one_name_get_different_fingerprints(text, expected, tmp_path, monkeypatch):
+    from chunklab.metrics import conditions
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(text)
+    real_path = conditions.Path
+    monkeypatch.setattr(conditions, "Path", lambda p: cpuinfo if p == "/proc/cpuinfo" else real_path(p))
+    conditions.cpu_model.cache_clear()
+    try:
+        name = conditions.cpu_model()
+        fp = fingerprint(dataclasses.replace(MICRO, dtype="float32"), EngineConfig(threads=2, linear_library="mkl"))
+    finally:
+        conditions.cpu_model.cache_clear()
+    assert name.startswith(expected)  # the first processor's fields only (the second's family is 99)
+    assert fp["cpu_model"] == name and name in describe(fp)
+    assert conditions.vector_isa(["avx2", "avx512f", "amx_tile"]) == ["avx512f", "amx"]
+    assert conditions.vector_isa(["sse2"]) == []
+
 def test_auto_calibrates_this_machine_once_then_reuses_it(tmp_path, monkeypatch, capfd):
     from chunklab.app import run_experiment
 

@@ -15,14 +15,55 @@ from chunklab.config import RunConfig, trace_length_scale
 from chunklab.paths import project_dir
 
 
+@functools.cache
 def cpu_model() -> str:
+    """The CPU's name and what tells CPUs sold under one name apart, e.g. 'AMD EPYC (family 23 model 1
+    stepping 2, avx2, L2 512 KiB, L3 8 MiB)'. Cloud VMs report a bare 'AMD EPYC' for Zen 1 to Zen 5
+    hosts alike (seen here: family 26 with AVX-512 and family 23 without), whose GEMM rates differ 2-3x,
+    so the name alone would let one machine's profile stand in for another's. It is part of every
+    run's conditions and every profile's fingerprint."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        fields = dict(_cpuinfo_fields(Path("/proc/cpuinfo").read_text()))
     except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+        fields = {}
+    name = fields.get("model name") or platform.processor() or "unknown CPU"
+    details = []
+    if "cpu family" in fields:
+        details.append(f"family {fields['cpu family']} model {fields.get('model', '?')} stepping "
+                       f"{fields.get('stepping', '?')}")
+    details += [*vector_isa(fields.get("flags", "").split()), *cache_sizes()]
+    return f"{name} ({', '.join(details)})" if details else name
+
+
+def _cpuinfo_fields(text: str):
+    """(key, value) of /proc/cpuinfo's first processor."""
+    for line in text.splitlines():
+        if not line.strip():
+            return
+        key, sep, value = line.partition(":")
+        if sep:
+            yield key.strip(), value.strip()
+
+
+def vector_isa(flags: list[str]) -> list[str]:
+    """The widest x86 vector extension (the fused kernels' compiled path follows it) and AMX, if any."""
+    widest = next((f for f in ("avx512f", "avx2", "avx", "sse4_2") if f in flags), None)
+    return [f for f in (widest, "amx" if "amx_tile" in flags else None) if f]
+
+
+def cache_sizes() -> list[str]:
+    """'L2 512 KiB', 'L3 8 MiB': cpu0's unified caches, as sysfs gives them (absent where it does not)."""
+    out = []
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level, kind = (index / "level").read_text().strip(), (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        if kind == "Unified" and size.endswith("K") and size[:-1].isdigit():
+            kib = int(size[:-1])
+            out.append(f"L{level} {kib // 1024} MiB" if kib % 1024 == 0 else f"L{level} {kib} KiB")
+    return out
 
 
 def git_state() -> tuple[str, bool]:
