@@ -53,24 +53,42 @@ constexpr int kVecs = 2, kPanels = 1, kMaxRows = 6;
 #endif
 constexpr int kLanes = kPanel / kVecs;
 
+inline f16v vexp(f16v x) { return exp16(x); }
+inline f8v vexp(f8v x) { return exp8(x); }
+
+// Lanes [c0, c0 + kLanes) of an output row: stored (added, for kAdd) where they are all among its
+// first `cols` columns, else those that are, one by one (the last panel of a width not a multiple of 16).
+template <Epilogue E>
+inline void store_lanes(float* out, int64_t c0, int64_t cols, PVec val) {
+  if (c0 + kLanes <= cols) {
+    PVecU* o = reinterpret_cast<PVecU*>(out + c0);
+    if constexpr (E == Epilogue::kAdd) *o += val;
+    else *o = val;
+  } else {
+    for (int64_t j = c0; j < cols; ++j) out[j] = E == Epilogue::kAdd ? out[j] + val[j - c0] : val[j - c0];
+  }
+}
+
 // The steps run on a micro-kernel's accumulators before they leave registers (Epilogue in
 // kernels.h). A row scale s[r] (RMSNorm's 1 / rms, the gain folded into the panels) multiplies
 // row r first; kSiluPairs takes NP == 2, a gate panel and its up panel, and writes
 // silu(gate) * up to one panel's width of columns.
-// Rows [0, R) of x (row stride K) against NP adjacent panels; writes (adds) cols[p] columns of
-// panel p into y's rows (row stride ldy), from y + p * kPanel.
+// Rows [0, R) of x (row stride K) against NP adjacent panels, vectors [VB, VB + VN) of each
+// panel row (all of it, or on AVX2 one half: see rows_block); writes (adds) those of cols[p]
+// columns of panel p into y's rows (row stride ldy), from y + p * kPanel.
 // ahead: nullptr, or NP panels (K x kPanel each) to pull toward L2 at the rate these are read.
-template <int R, int NP, Epilogue E>
+template <int R, int NP, Epilogue E, int VB, int VN>
 void micro(const float* x, int64_t K, const float* const* panels, float* y, int64_t ldy, const int64_t* cols,
            const float* const* ahead, const float* scale) {
-  constexpr int V = NP * kVecs;
+  constexpr int V = NP * VN;
   PVec acc[R][V] = {};
   for (int64_t k = 0; k < K; ++k) {
     if (ahead != nullptr)
       for (int p = 0; p < NP; ++p) __builtin_prefetch(ahead[p] + k * kPanel, 0, 2);
     PVec w[V];
     for (int p = 0; p < NP; ++p)
-      for (int v = 0; v < kVecs; ++v) w[p * kVecs + v] = *reinterpret_cast<const PVec*>(panels[p] + k * kPanel + v * kLanes);
+      for (int v = 0; v < VN; ++v)
+        w[p * VN + v] = *reinterpret_cast<const PVec*>(panels[p] + k * kPanel + (VB + v) * kLanes);
     for (int r = 0; r < R; ++r) {
       const float xv = x[r * K + k];
       for (int j = 0; j < V; ++j) acc[r][j] += xv * w[j];
@@ -80,43 +98,34 @@ void micro(const float* x, int64_t K, const float* const* panels, float* y, int6
     const float s = scale == nullptr ? 1.f : scale[r];
     if constexpr (E == Epilogue::kSiluPairs) {
       static_assert(NP == 2, "kSiluPairs runs a gate panel and its up panel");
-      alignas(64) float g[kPanel], u[kPanel];
-      for (int v = 0; v < kVecs; ++v) {
-        *reinterpret_cast<PVec*>(g + v * kLanes) = acc[r][v] * s;
-        *reinterpret_cast<PVec*>(u + v * kLanes) = acc[r][kVecs + v] * s;
+      for (int v = 0; v < VN; ++v) {
+        const PVec g = acc[r][v] * s, act = g / (1.f + vexp(-g)) * (acc[r][VN + v] * s);
+        store_lanes<Epilogue::kStore>(y + r * ldy, (VB + v) * kLanes, cols[0], act);
       }
-      const f16v gv = load16(g), act = gv / (1.f + exp16(-gv)) * load16(u);
-      float* out = y + r * ldy;
-      if (cols[0] == kPanel) *reinterpret_cast<f16v_u*>(out) = act;
-      else for (int64_t j = 0; j < cols[0]; ++j) out[j] = act[j];
     } else {
-      for (int p = 0; p < NP; ++p) {
-        float* out = y + r * ldy + p * kPanel;
-        if (cols[p] == kPanel) {
-          for (int v = 0; v < kVecs; ++v) {
-            PVecU* o = reinterpret_cast<PVecU*>(out + v * kLanes);
-            const PVec val = acc[r][p * kVecs + v] * s;
-            if constexpr (E == Epilogue::kAdd) *o += val;
-            else *o = val;
-          }
-        } else {
-          for (int64_t j = 0; j < cols[p]; ++j) {
-            const float val = acc[r][p * kVecs + j / kLanes][j % kLanes] * s;
-            out[j] = E == Epilogue::kAdd ? out[j] + val : val;
-          }
-        }
-      }
+      for (int p = 0; p < NP; ++p)
+        for (int v = 0; v < VN; ++v)
+          store_lanes<E>(y + r * ldy + p * kPanel, (VB + v) * kLanes, cols[p], acc[r][p * VN + v] * s);
     }
   }
 }
 
-template <int NP, Epilogue E>
-void rows_block(int64_t R, const float* x, int64_t K, const float* const* panels, float* y, int64_t ldy,
-                const int64_t* cols, const float* const* ahead, const float* scale) {
+// AVX2 has 16 registers: a pair item's whole panel rows (two panels, two ymm each) would leave
+// room for 3 rows of accumulators, and GCC then read every weight vector from memory once per row
+// (15 loads per 12 FMAs). So there a pair item runs twice, each pass half of each panel row at
+// the full 6 rows (12 accumulators, 2 weight vectors, 1 broadcast: 8 loads per 12 FMAs). The
+// second pass re-reads x's rows and the panels' other halves from L1/L2. Measured together with
+// the AVX2 register changes in prefill_attention.cpp (there, the numbers): 24 chunks of 64 in
+// 0.940x the time on an AVX2 AMD EPYC VM.
+constexpr bool kHalfPairs = kVecs == 2;
+
+template <int NP, Epilogue E, int VB, int VN>
+void rows_part(int64_t R, const float* x, int64_t K, const float* const* panels, float* y, int64_t ldy,
+               const int64_t* cols, const float* const* ahead, const float* scale) {
   switch (R) {
 #define CHUNKLAB_ROWS(n) \
   case n:                \
-    return micro<n, NP, E>(x, K, panels, y, ldy, cols, ahead, scale);
+    return micro<n, NP, E, VB, VN>(x, K, panels, y, ldy, cols, ahead, scale);
     CHUNKLAB_ROWS(1) CHUNKLAB_ROWS(2) CHUNKLAB_ROWS(3) CHUNKLAB_ROWS(4) CHUNKLAB_ROWS(5) CHUNKLAB_ROWS(6)
 #ifdef __AVX512F__
     CHUNKLAB_ROWS(7) CHUNKLAB_ROWS(8) CHUNKLAB_ROWS(9) CHUNKLAB_ROWS(10) CHUNKLAB_ROWS(11) CHUNKLAB_ROWS(12)
@@ -124,6 +133,17 @@ void rows_block(int64_t R, const float* x, int64_t K, const float* const* panels
 #undef CHUNKLAB_ROWS
   }
   TORCH_CHECK(false, "panel_linear: a block of ", R, " rows");
+}
+
+template <int NP, Epilogue E>
+void rows_block(int64_t R, const float* x, int64_t K, const float* const* panels, float* y, int64_t ldy,
+                const int64_t* cols, const float* const* ahead, const float* scale) {
+  if constexpr (E == Epilogue::kSiluPairs && kHalfPairs) {
+    rows_part<NP, E, 0, 1>(R, x, K, panels, y, ldy, cols, ahead, scale);
+    rows_part<NP, E, 1, 1>(R, x, K, panels, y, ldy, cols, nullptr, scale);
+  } else {
+    rows_part<NP, E, 0, kVecs>(R, x, K, panels, y, ldy, cols, ahead, scale);
+  }
 }
 
 // [begin, end) of part i of n near-equal parts of [0, total).
@@ -151,8 +171,7 @@ void run_items(const float* xp, int64_t M, int64_t K, const float* wp, int64_t P
   // An item: kPanels adjacent panels, or (kSiluPairs) a gate panel and its up panel, which
   // pack_panels(pairs) put side by side; then the item's output is one panel's width.
   constexpr int kItemPanels = E == Epilogue::kSiluPairs ? 2 : kPanels;
-  // AVX2 has 16 registers: a pair item (two panels, two ymm each) holds half as many rows.
-  constexpr int64_t kRows = E == Epilogue::kSiluPairs ? kMaxRows * kPanels / 2 : kMaxRows;
+  constexpr int64_t kRows = kMaxRows;  // a pair item too (AVX-512: 12 x 2 panels; AVX2: in halves, rows_block)
   const int64_t groups = (P + kItemPanels - 1) / kItemPanels, chunks = (M + kChunkRows - 1) / kChunkRows;
   const int64_t width = E == Epilogue::kSiluPairs ? N / 2 : N;  // output columns
   // Panel p's first float; past the last panel, the last one (its zero padding columns add nothing).
