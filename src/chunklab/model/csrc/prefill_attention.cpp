@@ -103,14 +103,16 @@ inline float exp2_1(float x) { return vexp2(Vec{} + x)[0]; }
 // AVX-512 builds (32 registers, 8 rows an item) both are no-ops and GCC keeps `st` where it likes:
 // compiled for x86-64-v4, the file's FMAs are 217 before and after, 111 and 113 of them reading
 // memory; not timed, no AVX-512 machine was at hand.
+// AVX2 only, not generic builds either: there (x86-64-v2, SSE) a Vec is two xmm registers, and
+// "+x" cannot hold it (GCC: impossible constraint in asm).
 inline Vec in_register(Vec v) {
-#ifndef __AVX512F__
+#if defined(__AVX2__) && !defined(__AVX512F__)
   asm("" : "+x"(v));
 #endif
   return v;
 }
 inline void in_memory(void* p) {
-#ifndef __AVX512F__
+#if defined(__AVX2__) && !defined(__AVX512F__)
   asm volatile("" : : "r"(p) : "memory");
 #else
   (void)p;
