@@ -61,13 +61,17 @@ def mlflow_server(home: Path):
          str(home / "art")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 90
+        # Waits as long as the server is alive (its start took ~27 s alone, longer beside other
+        # tests, on a slow 2-core VM): a fixed short deadline failed slow machines. The cap only
+        # stops a server that hangs.
+        deadline = time.time() + 600
         while True:
             try:
                 urllib.request.urlopen(url + "/health", timeout=2)
                 break
             except OSError:
-                assert time.time() < deadline, "mlflow server did not start"
+                assert server.poll() is None, f"mlflow server exited with {server.returncode} before it served"
+                assert time.time() < deadline, "mlflow server did not start in 10 minutes"
                 time.sleep(0.5)
         yield url
     finally:

@@ -93,23 +93,6 @@ def test_a_binary_trace_is_one_line_naming_the_file(tmp_path):
     assert proc.stderr.strip().splitlines()[-1].startswith(f"chunklab: error: {trace}")
 
 
-def test_a_sweep_names_its_runs_and_logs_dataset_and_system_metrics(tmp_path):
-    # An interval far longer than the runs: their system metrics come from the sample each run
-    # takes as it ends, so this holds on a fast machine and a slow one alike.
-    proc = run_cli(tmp_path, "scheduler.budget=64,8192", "tracking.system_metrics_interval_s=3600", "-m")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    df = runs(tmp_path)
-    assert sorted(df["tags.mlflow.runName"]) == ["budget=64", "budget=8192"]
-    import mlflow
-
-    run = mlflow.get_run(df["run_id"].iloc[0])
-    datasets = [d.dataset for d in run.inputs.dataset_inputs]
-    assert [d.name for d in datasets] == ["ch10_mixed"] and datasets[0].digest
-    for run_id in df["run_id"]:
-        assert any(k.startswith("system/cpu_utilization") for k in mlflow.get_run(run_id).data.metrics)
-    assert "Warning" not in proc.stderr and "INFO" not in proc.stderr, proc.stderr[-2000:]
-
-
 def test_a_run_killed_with_sigkill_is_ended_killed_by_the_next_run(tmp_path):
     import mlflow
 
