@@ -34,6 +34,17 @@ inline V load(const float* p) {  // unaligned
   return x;
 }
 
+// Pulls a block's K and V runs of head h toward cache. Blocks lie anywhere in the pool, so the
+// hardware prefetcher cannot run ahead of an item's loop over them.
+inline void prefetch_block(const KVBlocks& kv, int64_t block, int64_t h) {
+  const char* k = reinterpret_cast<const char*>(kv.k_run(block, h));
+  const char* v = reinterpret_cast<const char*>(kv.v_run(block, h));
+  for (int64_t o = 0; o < kv.run() * 4; o += 64) {
+    __builtin_prefetch(k + o);
+    __builtin_prefetch(v + o);
+  }
+}
+
 // One work item: G query heads (q_row, contiguous) of KV head h against positions [0, ctx).
 // V: the vector type (L = 16 or 8 floats); needs D % L == 0 and block_size % L == 0.
 template <typename V, int64_t kG, int64_t kD>
@@ -51,19 +62,11 @@ void decode_item(const float* q_row, const KVBlocks& kv, int64_t h, const int32_
   I lane;
   for (int64_t j = 0; j < L; ++j) lane[j] = static_cast<int32_t>(j);
   alignas(64) float p[kG][L];  // one vector's softmax numerators
-  const int64_t bs = kv.block_size, blocks = (ctx + bs - 1) / bs, run_bytes = kv.run() * 4;
+  const int64_t bs = kv.block_size, blocks = (ctx + bs - 1) / bs;
   for (int64_t b = 0; b < blocks; ++b) {
     const float* kr = kv.k_run(table[b], h);
     const float* vr = kv.v_run(table[b], h);
-    // Blocks lie anywhere in the pool, so the hardware prefetcher cannot run ahead of this loop.
-    if (b + 1 < blocks) {
-      const char* nk = reinterpret_cast<const char*>(kv.k_run(table[b + 1], h));
-      const char* nv = reinterpret_cast<const char*>(kv.v_run(table[b + 1], h));
-      for (int64_t o = 0; o < run_bytes; o += 64) {
-        __builtin_prefetch(nk + o);
-        __builtin_prefetch(nv + o);
-      }
-    }
+    if (b + 1 < blocks) prefetch_block(kv, table[b + 1], h);
     const int64_t n = std::min(bs, ctx - b * bs);
     for (int64_t t0 = 0; t0 < n; t0 += L) {
       const int64_t nt = std::min(L, n - t0);  // keys of this vector inside the context
@@ -133,18 +136,11 @@ void decode_item_avx2(const float* q_row, const KVBlocks& kv, int64_t h, const i
   for (int64_t g = 0; g < kG; ++g) m[g] = kNegInf;
   I lane;
   for (int64_t j = 0; j < L; ++j) lane[j] = static_cast<int32_t>(j);
-  const int64_t bs = kv.block_size, blocks = (ctx + bs - 1) / bs, run_bytes = kv.run() * 4;
+  const int64_t bs = kv.block_size, blocks = (ctx + bs - 1) / bs;
   for (int64_t b = 0; b < blocks; ++b) {
     const float* kr = kv.k_run(table[b], h);
     const float* vr = kv.v_run(table[b], h);
-    if (b + 1 < blocks) {  // as in decode_item
-      const char* nk = reinterpret_cast<const char*>(kv.k_run(table[b + 1], h));
-      const char* nv = reinterpret_cast<const char*>(kv.v_run(table[b + 1], h));
-      for (int64_t o = 0; o < run_bytes; o += 64) {
-        __builtin_prefetch(nk + o);
-        __builtin_prefetch(nv + o);
-      }
-    }
+    if (b + 1 < blocks) prefetch_block(kv, table[b + 1], h);
     const int64_t n = std::min(bs, ctx - b * bs);
     for (int64_t t0 = 0; t0 < n; t0 += kS) {
       const int64_t nt = std::min(kS, n - t0);  // keys of this step inside the context
