@@ -16,7 +16,7 @@ run: setup            ## the chapter's experiment at budgets 64, 512, 8192, logg
 	$(PY) run.py experiment=ch10 scheduler.budget=64,512,8192 -m
 
 test: setup           ## the default suite (< 5 min on 2 cores), two workers: no test shares state or times anything
-	$(PY) -m pytest -n 2
+	$(PY) -m pytest -n 2 -rfE --durations=15   # failures by name and the slowest tests in the summary
 
 test-pipeline: setup  ## a smoke `dvc repro` of every stage on tiny params in a temporary clone (~3 min)
 	$(PY) -m pytest -m pipeline

@@ -1,6 +1,7 @@
 """outputs/REPORT.md: the tables and plots with what they show, in numbers."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -141,8 +142,27 @@ def fidelity_findings(outputs: Path) -> list[str]:
             f"({100 * worst['rel_error']:.0f}% off)."]
 
 
+def repro_cpu(outputs: Path) -> str:
+    """The CPU that calibrated this repro's profile (outputs/profiles/machine.json), '' without one."""
+    path = outputs / "profiles" / "machine.json"
+    return json.loads(path.read_text())["fingerprint"]["cpu_model"] if path.is_file() else ""
+
+
+def other_machine(table_md: str, cpu_model: str) -> list[str]:
+    """A measured table whose conditions do not name the CPU that calibrated this repro came from a
+    stage not rerun on it: one line says so beside the table (never one machine's numbers silently
+    beside another's). CPUs are named with family/model/stepping and ISA, so two EPYCs differ."""
+    if not cpu_model or cpu_model in table_md:
+        return []
+    return [f"**Measured on another machine.** These conditions do not name this repro's CPU ({cpu_model}, "
+            "outputs/profiles/machine.json): the stage was not rerun on it, so its numbers are not comparable "
+            "with the measured tables that name it."]
+
+
 def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) -> str:
+    cpu_model = repro_cpu(outputs)
     t = lambda name: (outputs / "tables" / f"{name}.md").read_text()  # noqa: E731
+    m = lambda name: [t(name), *other_machine(t(name), cpu_model)]  # noqa: E731 (a measured table)
     sim = lambda name: (outputs / "simulated" / "tables" / f"{name}.md").read_text()  # noqa: E731
     parts = [
         "# Chunked prefill and the token budget, reproduced",
@@ -151,17 +171,17 @@ def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) ->
         "with them; another machine gives other numbers); **SIMULATED** tables come from the same "
         "scheduler driven by the committed step-cost profile (outputs/profiles/cpu.json) and reproduce "
         "byte for byte anywhere. How far simulated is from measured is itself measured (Fidelity).",
-        "## Prefill split (measured)", t("prefill_split"), *prefill_findings(split),
+        "## Prefill split (measured)", *m("prefill_split"), *prefill_findings(split),
         "![prefill split](plots/prefill_split.png)",
-        "## Token budget (measured)", t("token_budget_large"), t("token_budget_seeds"),
-        *budget_findings(runs, "large"), t("token_budget_small"), t("token_budget_chapter"),
+        "## Token budget (measured)", *m("token_budget_large"), t("token_budget_seeds"),
+        *budget_findings(runs, "large"), *m("token_budget_small"), t("token_budget_chapter"),
         "### Where we differ from the chapter, and why",
         "The chapter's 24-request trace (seed medians) against its published run:",
         comparison(runs),
         *differences(runs),
-        "## Fidelity: simulated against measured", t("fidelity"), *fidelity_findings(outputs),
+        "## Fidelity: simulated against measured", *m("fidelity"), *fidelity_findings(outputs),
         "![fidelity](fidelity/fidelity.png)",
-        "## Capacity (measured and simulated on this machine; simulated maps on the reference)", t("capacity"),
+        "## Capacity (measured and simulated on this machine; simulated maps on the reference)", *m("capacity"),
         sim("capacity"),
         "![goodput vs rate](simulated/capacity/goodput_vs_rate.png)",
         "## Which budget, at which load (simulated)", sim("maps"), *map_findings(outputs),
@@ -179,7 +199,7 @@ def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) ->
         "![Llama-3-8B on H100, conversation trace](simulated/production/llama3_8b_h100_azure_conv_heatmaps.png)",
         "### The cost model behind it", (outputs / "cost_models" / "cost_models.md").read_text(),
         "![H100 operator fit](cost_models/h100_fit.png)",
-        "## Performance (measured)", t("perf"), *peer_findings(outputs),
+        "## Performance (measured)", *m("perf"), *peer_findings(outputs),
         "## Plots (measured)",
         "![TTFT ECDF](plots/ttft_ecdf.png)", "![ITL distribution](plots/itl_distribution.png)",
         "![timeline](plots/timeline.png)", "![metrics vs budget](plots/metrics_vs_budget.png)",
