@@ -14,6 +14,7 @@ import pytest
 from chunklab.calibration.fingerprint import describe, differences, fingerprint, fingerprint_id
 from chunklab.calibration.fit import STALL_RATIO, fit_linear, fit_probe_and_serving
 from chunklab.calibration.machine import CACHE_ENV, machine_profile_path
+from chunklab.calibration.profile import fit_on
 from chunklab.config import EngineConfig
 from chunklab.experiments.compose import compose_run_config
 from chunklab.experiments.sim_capacity import bisect_capacity
@@ -138,6 +139,20 @@ def test_the_serving_fit_recovers_known_costs_and_leaves_stalls_out():
     assert 1.02 < ratio < 1.1  # pulled toward serving's 1.1, the probe keeps half the weight
     weights = np.r_[np.full(40, 1.0), np.full(400, 0.0)]
     assert np.allclose(fit_linear(np.r_[probe_x, serve_x], np.r_[probe_y, serve_y], weights + 1e-12), true, rtol=1e-3)
+
+
+def test_a_calibration_whose_every_serving_step_stalled_keeps_the_probe_fit_and_says_so():
+    """A machine busy throughout the replays (a contended CI runner): nothing to weigh, no crash."""
+    rng = np.random.default_rng(2)
+    true = np.array([2e-3, 5e-5, 1e-6])
+    probe_x = np.column_stack([np.ones(40), rng.integers(1, 2000, 40), rng.integers(0, 10**5, 40)]).astype(float)
+    serve_x = np.column_stack([np.ones(30), rng.integers(1, 600, 30), rng.integers(0, 10**4, 30)]).astype(float)
+    serve_y = 3 * STALL_RATIO * (serve_x @ true)
+    coef, left_out = fit_probe_and_serving(probe_x, probe_x @ true, serve_x, serve_y, np.arange(30) % 3)
+    assert left_out == 30
+    assert np.allclose(coef, fit_linear(probe_x, probe_x @ true))
+    assert fit_on(left_out, 30).startswith("probe shapes (every serving step stalled")
+    assert fit_on(29, 30) == fit_on(0, 0) == "probe shapes + serving replays"
 
 
 def test_each_serving_replay_weighs_the_same_however_many_steps_it_ran():

@@ -62,9 +62,12 @@ def fit_probe_and_serving(probe_x: np.ndarray, probe_y: np.ndarray, serve_x: np.
     replay of full batches runs few long steps, one of light load many short ones, and the
     full batches are where capacity is decided. Serving steps the machine stalled (over
     STALL_RATIO x the probe-only fit) are left out. Returns the coefficients and how many
-    steps were left out."""
+    steps were left out; when every step stalled (a machine busy throughout the replays) there
+    is nothing to weigh, and the probe-only coefficients come back with every step left out."""
     probe_coef = fit_linear(probe_x, probe_y)
     keep = serve_y <= STALL_RATIO * (serve_x @ probe_coef)
+    if not keep.any():
+        return probe_coef, len(serve_y)
     replay = (np.zeros(len(serve_y), dtype=int) if replay is None else np.asarray(replay))[keep]
     ids, counts = np.unique(replay, return_counts=True)
     per_step = dict(zip(ids, 0.5 / len(ids) / counts))

@@ -82,7 +82,7 @@ def calibrate(cfg: RunConfig, s: CalibrationSettings, show_progress: bool | None
         "machine": describe(fp),
         "applies_to": applies_to(cfg.model, cfg.engine),
         # Plain numbers, microseconds to evaluate. `probe_only` is the same form fit on the probe alone.
-        "model": {"form": "linear", "fit_on": "probe shapes + serving replays", "features": list(FEATURES),
+        "model": {"form": "linear", "fit_on": fit_on(trimmed, len(serving.duration_s)), "features": list(FEATURES),
                   "coefficients_s": coef},
         "probe_only": {"form": "linear", "fit_on": "probe shapes", "features": list(FEATURES),
                        "coefficients_s": probe_coef},
@@ -101,6 +101,14 @@ def calibrate(cfg: RunConfig, s: CalibrationSettings, show_progress: bool | None
         "conditions": {k: cond[k] for k in CONDITION_KEYS},
     }
     return Calibration(shapes, times, serving, results, profile)
+
+
+def fit_on(stalled_steps: int, serving_steps: int) -> str:
+    """What the stored coefficients were fit on: a calibration whose every serving step stalled
+    keeps the probe-only fit, and says so."""
+    if serving_steps and stalled_steps == serving_steps:
+        return "probe shapes (every serving step stalled: none kept)"
+    return "probe shapes + serving replays"
 
 
 def fit_with_serving(shapes, times, serving: ServingSteps, s: CalibrationSettings):

@@ -1,11 +1,11 @@
 """outputs/REPORT.md: the tables and plots with what they show, in numbers."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
+from chunklab.engine.cost_model import read_profile
 from chunklab.report import chapter
 from chunklab.report.peer import peer_findings
 from chunklab.report.production import production_findings
@@ -145,7 +145,7 @@ def fidelity_findings(outputs: Path) -> list[str]:
 def repro_cpu(outputs: Path) -> str:
     """The CPU that calibrated this repro's profile (outputs/profiles/machine.json), '' without one."""
     path = outputs / "profiles" / "machine.json"
-    return json.loads(path.read_text())["fingerprint"]["cpu_model"] if path.is_file() else ""
+    return read_profile(path)[0]["fingerprint"]["cpu_model"] if path.is_file() else ""  # ConfigError if corrupt
 
 
 def other_machine(table_md: str, cpu_model: str) -> list[str]:
@@ -162,7 +162,7 @@ def other_machine(table_md: str, cpu_model: str) -> list[str]:
 def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) -> str:
     cpu_model = repro_cpu(outputs)
     t = lambda name: (outputs / "tables" / f"{name}.md").read_text()  # noqa: E731
-    m = lambda name: [t(name), *other_machine(t(name), cpu_model)]  # noqa: E731 (a measured table)
+    m = lambda name: (lambda md: [md, *other_machine(md, cpu_model)])(t(name))  # noqa: E731 (a measured table)
     sim = lambda name: (outputs / "simulated" / "tables" / f"{name}.md").read_text()  # noqa: E731
     parts = [
         "# Chunked prefill and the token budget, reproduced",
