@@ -274,3 +274,26 @@ def test_the_speed_sentinel_reads_the_real_engine_against_the_profile():
     assert a.num_steps > 6 and b.num_steps > 6 and a.duration_s > 0
     assert a.ratio < 1e-2 and b.ratio < 1e-2
     assert fast.read().ratio > 1e2
+
+
+def test_every_measured_stage_reruns_when_the_machine_changes_and_no_simulated_one_does():
+    """dvc.yaml: the `machine` stage runs on every repro; measured stages depend on its output."""
+    import yaml
+
+    stages = yaml.safe_load((Path(__file__).resolve().parents[1] / "dvc.yaml").read_text())["stages"]
+    assert stages["machine"]["always_changed"] is True
+    assert [next(iter(o)) if isinstance(o, dict) else o for o in stages["machine"]["outs"]] == ["outputs/machine.json"]
+    on_machine = {name for name, st in stages.items() if "outputs/machine.json" in st.get("deps", [])}
+    assert on_machine == {"calibrate", "prefill_split", "token_budget", "fidelity", "perf", "capacity"}
+    assert not any(name.startswith("sim_") for name in on_machine)
+
+
+def test_the_machine_identity_is_stable_here_and_differs_on_another_cpu(monkeypatch):
+    from chunklab.calibration import fingerprint as fp
+
+    here = fp.machine_identity()
+    assert here == fp.machine_identity() and set(here) == {"cpu_model", "cpu_arch", "cpu_logical_cores",
+                                                          "torch_version", "torch_threads"}
+    assert "source_digest" not in here  # code changes reach stages through their own deps
+    monkeypatch.setattr(fp, "cpu_model", lambda: "AMD EPYC (family 26 model 2 stepping 0, avx512f)")
+    assert fp.machine_identity() != here

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 from functools import cache
 from pathlib import Path
 
@@ -46,6 +47,15 @@ def source_digest() -> str:
         for path in files:
             digest.update(str(path.relative_to(SRC)).encode() + path.read_bytes())
     return digest.hexdigest()[:12]
+
+
+def machine_identity() -> dict:
+    """The machine alone, without the engine or the run (the `machine` DVC stage's output): equal
+    on one machine across runs and checkouts, different on any machine whose timings may differ."""
+    import torch
+
+    return {"cpu_model": cpu_model(), "cpu_arch": platform.machine(), "cpu_logical_cores": os.cpu_count(),
+            "torch_version": torch.__version__, "torch_threads": default_threads()}
 
 
 def fingerprint(model: ModelConfig, engine: EngineConfig) -> dict:
