@@ -12,6 +12,8 @@ import torch
 
 from chunklab import bench
 from chunklab.config import EngineConfig, ModelConfig
+from chunklab.engine.model_runner import linear_plan
+from chunklab.model.linear_library import linear_shapes
 
 
 def chunking_by_threads(model: ModelConfig, engine_cfg: EngineConfig, prompt_tokens: int, chunk_tokens: int,
@@ -38,6 +40,46 @@ def chunking_by_threads(model: ModelConfig, engine_cfg: EngineConfig, prompt_tok
     finally:
         torch.set_num_threads(before)
     return {t: {name: statistics.median(xs) for name, xs in by.items()} for t, by in samples.items()}
+
+
+def linear_layers_s(model: ModelConfig, engine_cfg: EngineConfig, rows: int, repeats: int) -> tuple[float, str]:
+    """Seconds of one pass's linear layers at `rows` rows (every layer's QKV, output, gate-up and down;
+    not the LM head) through the library this machine's plan picks at that size, each GEMM timed
+    alone (median of `repeats`, weights prepacked) and summed: the part of a prefill pass that is
+    GEMM, without the fused path's epilogues (norms, residual adds, SiLU-mul) or anything between."""
+    # the eager forward (engine.compile=false) runs every linear layer through ATen's F.linear
+    library = linear_plan(model, engine_cfg).library_for(rows) if engine_cfg.compile else "mkl"
+    per_layer = sum(statistics.median(bench.timed(bench.gemm_fn(library, torch.randn(rows, k), torch.randn(n, k)),
+                                                  repeats, warmup=3))
+                    for k, n in linear_shapes(model))
+    return model.num_layers * per_layer, library
+
+
+def where_prefill_time_goes(model: ModelConfig, engine_cfg: EngineConfig, prompt_tokens: int,
+                            chunk_tokens: int, repeats: int, peak_gflops: float) -> list[dict]:
+    """Per split (one pass, chunks of chunk_tokens): the whole prefill on the paged path (median of
+    `repeats`), its linear layers timed alone at that chunk's rows (linear_layers_s, times the
+    passes), and the rest (attention, RoPE, the KV writes, norms and epilogues outside a lone GEMM,
+    per-step overhead); each part's FLOP rate. What separates a prefill from the machine's GEMM peak,
+    and a chunked prefill from one pass, read off one run."""
+    q = model.num_heads * model.head_dim
+    linear_flops_per_row = 2 * model.num_layers * sum(k * n for k, n in linear_shapes(model))
+    splits = [("paged", prompt_tokens), ("paged", chunk_tokens)]
+    whole = bench.prefill_split(model, splits, prompt_tokens, repeats, engine_cfg)
+    out = []
+    for _, chunk in splits:
+        passes = -(-prompt_tokens // chunk)
+        total_s = statistics.median(whole[("paged", chunk)])
+        linear_s, library = linear_layers_s(model, engine_cfg, chunk, repeats)
+        linear_s *= passes
+        attention_flops = 4 * model.num_layers * q * prompt_tokens * (prompt_tokens + 1) / 2
+        linear_flops = linear_flops_per_row * prompt_tokens
+        out.append({"split": f"{passes}x{chunk}", "library": library, "total_ms": 1e3 * total_s,
+                    "linear_ms": 1e3 * linear_s, "rest_ms": 1e3 * (total_s - linear_s),
+                    "linear_gflops": linear_flops / linear_s / 1e9,
+                    "rest_gflops_attention": attention_flops / max(total_s - linear_s, 1e-9) / 1e9,
+                    "of_peak": (linear_flops + attention_flops) / total_s / 1e9 / peak_gflops})
+    return out
 
 
 def main() -> None:
@@ -68,6 +110,14 @@ def main() -> None:
     print(f"\ndecode step, batch 8, ~1600 tokens of context: {dec:.2f} ms")
     ovh = bench.median_ms(bench.step_overhead_s(model, engine_cfg, repeats=200))
     print(f"step with one decode token at tiny context: {ovh:.3f} ms")
+    chunk = 64
+    print(f"\nwhere a {args.prompt_tokens}-token prefill's time goes (paged path; linear layers timed alone "
+          f"through the plan's library, medians of {args.repeats}):")
+    print(f"{'split':>7} {'library':>7} {'total ms':>9} {'linear ms':>9} {'rest ms':>8} {'linear GFLOP/s':>14} "
+          f"{'attention GFLOP/s if rest':>25} {'of matmul':>9}")
+    for r in where_prefill_time_goes(model, engine_cfg, args.prompt_tokens, chunk, args.repeats, peak):
+        print(f"{r['split']:>7} {r['library']:>7} {r['total_ms']:>9.1f} {r['linear_ms']:>9.1f} {r['rest_ms']:>8.1f} "
+              f"{r['linear_gflops']:>14.1f} {r['rest_gflops_attention']:>25.1f} {r['of_peak']:>9.2f}")
     threads = torch.get_num_threads()
     if threads > 1:
         chunk = 64
