@@ -163,6 +163,29 @@ def test_paged_prefill_attention_matches_sdpa_on_a_busy_step(shape):
     assert not torch.equal(out["paged"], out["paged"].roll(1, 0))  # rows differ: a mix-up would show
 
 
+@pytest.mark.parametrize("qk_scale", [30, 60])
+@torch.inference_mode()
+def test_paged_prefill_attention_rescales_when_later_keys_score_far_higher(qk_scale):
+    """The paged kernel keeps a running max per row and moves it only when a later step scores more
+    than its slack above it. Query and key weights scaled up make scores span hundreds (log2 units)
+    along a 300-token prompt, so later steps must move the max and rescale what is summed: at 30,
+    skipping the accumulators' rescale is off by ~4; at 60, never moving the max overflows to NaN.
+    Scores in the thousands carry ~1e-4 of float32 rounding, hence the wider tolerance."""
+    cfg = dataclasses.replace(MICRO, dtype="float32")
+    model = TinyGPT.from_seed(cfg, seed=4)
+    qk_columns = (cfg.num_heads + cfg.num_kv_heads) * cfg.head_dim
+    for block in model.blocks:
+        block.attn.wqkv[:, :qk_columns] *= qk_scale
+    n = 300
+    ids = torch.randint(0, 260, (n,), generator=torch.Generator().manual_seed(8))
+    out = {}
+    for attention in ("sdpa", "paged"):
+        kv = kv_layout.blocked_pool(cfg.num_layers, 256, BLOCK, cfg.num_kv_heads, cfg.head_dim)
+        fused = native.FusedForward(model, BLOCK, LinearPlan.single("mkl"), attention)
+        out[attention] = fused(ids, _tables(1, 60), [0], [n], 0, kv)
+    torch.testing.assert_close(out["paged"], out["sdpa"], atol=1e-3, rtol=1e-4)
+
+
 def test_onednn_rows_are_bounded_buckets():
     """oneDNN caches a primitive per row count: rows are padded to few buckets, at little extra work."""
     rows = native.load_extension().onednn_rows
