@@ -135,6 +135,16 @@ def test_other_block_sizes_match_the_eager_model(block, shape, prefill_attention
     _check_mixed_step(model, [0, 7, 8, 40, 77], (53, 29), "mkl", prefill_attention, block)
 
 
+def _by_prefill_attention(model, new_pool, ids, table, starts, num_tokens, num_decodes):
+    """The same step through the fused forward once per prefill attention (sdpa, paged), each on a
+    fresh KV pool from new_pool(), linear layers through MKL: {attention: hidden states}."""
+    out = {}
+    for attention in ("sdpa", "paged"):
+        fused = native.FusedForward(model, BLOCK, LinearPlan.single("mkl"), attention)
+        out[attention] = fused(ids, table, starts, num_tokens, num_decodes, new_pool())
+    return out
+
+
 @pytest.mark.parametrize("shape", [
     dict(),  # the micro model: head_dim 16, 2 query heads per KV head
     dict(num_heads=8, num_kv_heads=2, head_dim=32, d_model=128),  # TinyGPT's heads
@@ -154,11 +164,8 @@ def test_paged_prefill_attention_matches_sdpa_on_a_busy_step(shape):
     n = len(contexts) + sum(c[1] for c in chunks)
     ids = torch.randint(0, 260, (n,), generator=torch.Generator().manual_seed(8))
     starts, num_tokens = contexts + [c[0] for c in chunks], [1] * len(contexts) + [c[1] for c in chunks]
-    out = {}
-    for attention in ("sdpa", "paged"):
-        kv = tuple(t.clone() for t in history)
-        fused = native.FusedForward(model, BLOCK, LinearPlan.single("mkl"), attention)
-        out[attention] = fused(ids, table, starts, num_tokens, len(contexts), kv)
+    out = _by_prefill_attention(model, lambda: tuple(t.clone() for t in history), ids, table, starts, num_tokens,
+                                len(contexts))
     torch.testing.assert_close(out["paged"], out["sdpa"], atol=2e-5, rtol=1e-4)
     assert not torch.equal(out["paged"], out["paged"].roll(1, 0))  # rows differ: a mix-up would show
 
@@ -178,11 +185,9 @@ def test_paged_prefill_attention_rescales_when_later_keys_score_far_higher(qk_sc
         block.attn.wqkv[:, :qk_columns] *= qk_scale
     n = 300
     ids = torch.randint(0, 260, (n,), generator=torch.Generator().manual_seed(8))
-    out = {}
-    for attention in ("sdpa", "paged"):
-        kv = kv_layout.blocked_pool(cfg.num_layers, 256, BLOCK, cfg.num_kv_heads, cfg.head_dim)
-        fused = native.FusedForward(model, BLOCK, LinearPlan.single("mkl"), attention)
-        out[attention] = fused(ids, _tables(1, 60), [0], [n], 0, kv)
+    out = _by_prefill_attention(model, lambda: kv_layout.blocked_pool(cfg.num_layers, 256, BLOCK, cfg.num_kv_heads,
+                                                                      cfg.head_dim),
+                                ids, _tables(1, 60), [0], [n], 0)
     torch.testing.assert_close(out["paged"], out["sdpa"], atol=1e-3, rtol=1e-4)
 
 
