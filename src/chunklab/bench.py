@@ -82,8 +82,7 @@ def gemm_peaks(m: ModelConfig, rows: int) -> dict[str, float]:
 
 def prefill_flops(m: ModelConfig, num_tokens: int) -> float:
     """FLOPs of one causal prefill of num_tokens (matmuls and attention; one LM-head row)."""
-    q, kv = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
-    linear = m.d_model * (q + 2 * kv) + q * m.d_model + 3 * m.d_model * m.mlp_hidden
+    linear = sum(k * n for k, n in linear_shapes(m))  # weights per layer: a multiply-add each per token
     attention = 4 * m.num_heads * m.head_dim * num_tokens * (num_tokens + 1) / 2
     return m.num_layers * (2 * num_tokens * linear + attention) + 2 * m.d_model * m.vocab_size
 

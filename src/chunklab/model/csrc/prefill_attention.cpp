@@ -124,9 +124,7 @@ inline Vec vexp2(Vec x) {
   const Vec y = exp2_fraction(x - __builtin_convertvector(n, Vec)) * reinterpret_cast<const Vec&>(bits);
   return keep ? y : Vec{};
 }
-#endif
-#ifndef __AVX512F__
-inline Vec vexp2_finite(Vec x) { return vexp2(x); }
+inline Vec vexp2_finite(Vec x) { return vexp2(x); }  // the mask here is one select: not worth a copy
 #endif
 inline float exp2_1(float x) { return vexp2(Vec{} + x)[0]; }
 // A loaded K or V vector, kept in a register for every row that uses it. Left to itself GCC folded
@@ -247,20 +245,24 @@ void attend_rows(const float* const* q_rows, float* const* out_rows, const int64
     }
     // The first step sets every row's max (key 0 precedes every row, so it is finite). After it m
     // is finite, and a masked lane (-inf) of mx only lowers `over`: never -inf - -inf = NaN.
-    bool rescale = t0 == 0;
-    if (!rescale) {
+    bool may_move = t0 == 0;  // some row's max may move this step
+    if (!may_move) {
       Vec over = mx[0] - (m[0] + kSlack);
       for (int64_t r = 1; r < kR; ++r) over = vmax(over, mx[r] - (m[r] + kSlack));
-      rescale = max_lanes(over) > 0.f;
+      may_move = max_lanes(over) > 0.f;
     }
-    float correction[kR];  // what is summed so far, rescaled to the new max (0 on the first step)
-    for (int64_t r = 0; r < kR; ++r) {
-      const float row_max = rescale ? max_lanes(mx[r]) : m[r];
-      correction[r] = row_max > m[r] + kSlack ? exp2_1(m[r] - row_max) : 1.f;
-      if (correction[r] != 1.f) m[r] = row_max;
-    }
-    rescale = false;
-    for (int64_t r = 0; r < kR; ++r) rescale |= correction[r] != 1.f;
+    // What is summed so far, scaled to the row's new max: 1 where it stays, 0 on the first step.
+    float correction[kR];
+    bool moved = false;  // some correction is not 1: the accumulators need it
+    for (int64_t r = 0; r < kR; ++r) correction[r] = 1.f;
+    if (may_move)
+      for (int64_t r = 0; r < kR; ++r) {
+        const float row_max = max_lanes(mx[r]);
+        if (row_max <= m[r] + kSlack) continue;
+        correction[r] = exp2_1(m[r] - row_max);
+        m[r] = row_max;
+        moved = true;
+      }
     auto numerators = [&](auto exp2v) {
       for (int64_t r = 0; r < kR; ++r) {
         const Vec row_max = Vec{} + m[r];
@@ -281,7 +283,7 @@ void attend_rows(const float* const* q_rows, float* const* out_rows, const int64
     for (int64_t r = 0; r < kR; ++r)
       for (int64_t c = 0; c < kDV; ++c) {
         acc[r][c] = *reinterpret_cast<const Vec*>(st.acc[r] + c * kLanes);
-        if (rescale) acc[r][c] *= correction[r];
+        if (moved) acc[r][c] *= correction[r];
       }
     for (int64_t t = 0; t < nt; ++t)
       for (int64_t j = 0; j < kTile; ++j) {
