@@ -81,18 +81,11 @@ def test_isolated_latency_interpolates_and_scales_slowdown():
     assert slow.slowdown == pytest.approx(0.52 / (0.01 + 2 * 0.005))
 
 
-class _PerTokenCost:
-    """A step costs 1 ms plus 10 us a token: deterministic time, so the test never reads the machine's speed."""
-    digest = "per-token"
-
-    def predict_features(self, features: list[float]) -> float:
-        return 1e-3 + 1e-5 * features[FEATURES.index("tokens")]
-
-
 def test_slowdown_of_an_engine_run_is_over_one():
     # The engine and serving loop as a run drives them, on a simulated clock: with the real engine's
     # wall clock, the isolated runs raced other test workers for the CPU and once read 0.17.
     from chunklab.engine.clock import SimClock
+    from chunklab.engine.cost_model import LinearProfile
     from chunklab.engine.engine import LLMEngine
     from chunklab.engine.serve import serve
     from chunklab.engine.sim_executor import PlaceholderExecutor
@@ -100,8 +93,10 @@ def test_slowdown_of_an_engine_run_is_over_one():
     from helpers import MICRO, requests
 
     reqs = requests(arrival="all_at_once")
-    eng = LLMEngine(MICRO, EngineConfig(), SchedulerConfig(budget=32), SimClock(), PlaceholderExecutor(),
-                    _PerTokenCost())
+    # a profile whose step costs 1 ms a forward plus 10 us a token: deterministic time, never the machine's speed
+    per_token = LinearProfile(tuple({"forwards": 1e-3, "tokens": 1e-5}.get(f, 0.0) for f in FEATURES), "per-token",
+                              {}, {})
+    eng = LLMEngine(MICRO, EngineConfig(), SchedulerConfig(budget=32), SimClock(), PlaceholderExecutor(), per_token)
     result = serve(eng, reqs)
     recs = with_slowdown([record(s) for s in result.sequences], IsolatedLatency.measure(eng, reqs))
     s = summarize(recs, result.steps, result.makespan_s, SloConfig())

@@ -166,7 +166,8 @@ def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) ->
         return (outputs / "tables" / f"{name}.md").read_text()
 
     def m(name: str) -> list[str]:  # a measured table, and a line beside it if another machine measured it
-        return [t(name), *other_machine(t(name), cpu_model)]
+        md = t(name)
+        return [md, *other_machine(md, cpu_model)]
 
     def sim(name: str) -> str:
         return (outputs / "simulated" / "tables" / f"{name}.md").read_text()
