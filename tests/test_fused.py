@@ -126,6 +126,40 @@ def _check_mixed_step(model, contexts, chunk, library, prefill_attention, block)
         torch.testing.assert_close(written, expected, atol=1e-6, rtol=1e-5)
 
 
+@LIBRARIES
+@torch.inference_mode()
+def test_sampled_rows_and_the_reused_scratch(library):
+    """The forward returns the final-norm hidden states of the rows asked for, exactly those of a
+    call that returns every row; steps of up to 512 rows run in the forward's reused scratch, and
+    what a call returned is its own (a later call leaves it as it was); a longer step allocates."""
+    model = TinyGPT.from_seed(dataclasses.replace(MICRO, dtype="float32", max_seq_len=1024), seed=4)
+    fused = native.FusedForward(model, BLOCK, LinearPlan.single(library))
+    c = model.cfg
+    table = _tables(1, 70, seed=3)
+    ids = torch.randint(0, 260, (1100,), generator=torch.Generator().manual_seed(9))
+
+    def step(start, n, rows=None):  # a chunk of n tokens at start, on a fresh copy of one pool
+        kv = kv_layout.blocked_pool(c.num_layers, 256, BLOCK, c.num_kv_heads, c.head_dim)
+        return fused(ids[start:start + n].clone(), table, [start], [n], 0, kv, rows)
+
+    every = step(0, 48)
+    assert every.shape == (48, c.d_model) and fused.scratch.numel() > 0
+    grown = fused.scratch.numel()
+    picked = step(0, 48, [47, 3, 20])
+    assert torch.equal(picked, every[[47, 3, 20]])
+    assert step(0, 48, []).shape == (0, c.d_model)  # a chunk that does not end its prompt samples nothing
+    kept = picked.clone()
+    step(0, 31)  # another step in the same scratch
+    assert torch.equal(picked, kept)
+    long_rows = step(0, 600, [599, 0])  # past 512 rows: its own buffer, the scratch not grown for it
+    assert torch.equal(long_rows, step(0, 600)[[599, 0]]) and fused.scratch.numel() == grown
+    assert torch.equal(step(0, 48), every)  # the scratch after a long step: the same results
+    with pytest.raises(RuntimeError, match="sample row 48"):
+        step(0, 48, [48])
+    with pytest.raises(RuntimeError, match="position 1024 is past the RoPE table"):
+        step(1000, 25)
+
+
 @pytest.mark.parametrize("block", [8, 32])  # 8: under a 16-float vector (AVX-512 takes 8-float ones); 32: 2 per block
 @pytest.mark.parametrize("shape", [dict(), dict(num_heads=8, num_kv_heads=2, head_dim=32, d_model=128)])
 @pytest.mark.parametrize("prefill_attention", ["paged", "sdpa"])

@@ -136,17 +136,18 @@ class ModelRunner:
                 rows.append(len(token_ids) - 1)
                 owners.append(c.seq)
         input_ids = torch.frombuffer(token_ids, dtype=torch.int64).to(self.device)  # token_ids outlives the step
-        if self.fused is not None:
-            hidden = self._fused_hidden(input_ids, decodes, starts, chunks)
+        if self.fused is not None:  # the final norm of the sampling rows only
+            hidden = self._fused_hidden(input_ids, decodes, starts, chunks, rows)  # [R, d_model]
         else:
             meta, positions = self._metadata(decodes, starts, chunks)
             hidden = self.model(input_ids, positions, meta, self.kv_cache)  # [T, d_model]
+            hidden = hidden[torch.tensor(rows, device=self.device)] if rows else hidden[:0]  # [R, d_model]
         if not rows:
             return {}
-        logits = self.model.logits(hidden[torch.tensor(rows, device=self.device)])  # [R, vocab]
+        logits = self.model.logits(hidden)  # [R, vocab]
         return {s.seq_id: tok for s, tok in zip(owners, self._sample(logits, owners))}
 
-    def _fused_hidden(self, input_ids, decodes, starts, chunks) -> torch.Tensor:
+    def _fused_hidden(self, input_ids, decodes, starts, chunks, rows) -> torch.Tensor:
         seqs = decodes + [c.seq for c in chunks]
         max_blocks = max(len(s.block_table) for s in seqs)
         flat = array("i")
@@ -156,7 +157,7 @@ class ModelRunner:
         tables = torch.frombuffer(flat, dtype=torch.int32).view(len(seqs), max_blocks)  # [S, max_blocks]
         starts = starts + [c.seq.num_computed_tokens for c in chunks]
         num_tokens = [1] * len(decodes) + [c.num_tokens for c in chunks]
-        return self.fused(input_ids, tables, starts, num_tokens, len(decodes), self.kv_cache)
+        return self.fused(input_ids, tables, starts, num_tokens, len(decodes), self.kv_cache, rows)
 
     def _metadata(self, decodes, starts, chunks) -> tuple[AttentionMetadata, torch.Tensor]:
         slot_parts, pos_parts = [], []

@@ -8,6 +8,7 @@ Plain Python, no torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from chunklab.engine.scheduler import StepPlan
 
@@ -26,8 +27,7 @@ FEATURES = (
 )
 
 
-@dataclass(frozen=True)
-class Segment:
+class Segment(NamedTuple):  # a tuple: the simulator builds one per chunk every step
     num_tokens: int  # chunk length
     num_cached: int  # tokens of the sequence already in the KV cache before this chunk
     samples: bool  # the chunk ends the prefill, so the step samples a token for it

@@ -112,6 +112,9 @@ class FusedForward:
         projections = [w.detach() for b in model.blocks for w in (b.attn.wqkv, b.attn.wo, b.mlp.w_gate_up, b.mlp.w_down)]
         self.packed = [pack(w) for w in projections] if "onednn" in linear_plan.uses else []
         self.panels = self._pack_panels(model) if "panels" in linear_plan.uses else []
+        # The forward's activations for steps of up to 512 rows, grown by the C++ side on first use
+        # and reused: one engine's, never shared between threads.
+        self.scratch = torch.empty(0)
         self.rope_cos = model.rope_cos.float().contiguous()
         self.rope_sin = model.rope_sin.float().contiguous()
 
@@ -125,14 +128,18 @@ class FusedForward:
                           pack(b.mlp.w_gate_up.detach(), b.mlp_norm.detach(), pairs=True), pack(b.mlp.w_down.detach()))]
 
     def __call__(self, input_ids: torch.Tensor, block_tables: torch.Tensor, starts: list[int],
-                 num_tokens: list[int], num_decodes: int, kv_cache) -> torch.Tensor:
-        """Hidden states [T, d_model]; see csrc/fused_forward.cpp for the layout contract."""
+                 num_tokens: list[int], num_decodes: int, kv_cache, sample_rows: list[int] | None = None
+                 ) -> torch.Tensor:
+        """Hidden states of sample_rows (default: every row), [len(sample_rows), d_model]; see
+        csrc/fused_forward.cpp for the layout contract."""
         c = self.cfg
-        library = LIBRARIES.index(self.linear_plan.library_for(input_ids.shape[0]))  # the C++ enum's order
+        T = input_ids.shape[0]
+        library = LIBRARIES.index(self.linear_plan.library_for(T))  # the C++ enum's order
         return self.ext.forward(input_ids, block_tables, starts, num_tokens, num_decodes, self.weights,
                                 kv_cache[0], kv_cache[1], self.rope_cos, self.rope_sin,
                                 c.num_heads, c.num_kv_heads, c.head_dim, self.block_size, c.norm_eps,
-                                self.packed, self.panels, library, self.prefill_attention)
+                                self.packed, self.panels, library, self.prefill_attention,
+                                list(range(T)) if sample_rows is None else sample_rows, self.scratch)
 
 
 if __name__ == "__main__":  # `python -m chunklab.model.native`: build now (make setup does), and probe
