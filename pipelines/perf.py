@@ -91,7 +91,9 @@ def prefill(m, p) -> list[dict]:
     This VM's speed drifts by 20-70% within minutes, so a ratio is taken within each round, between
     measurements seconds apart, and the median of the rounds' ratios is reported: medians taken apart
     (the one pass in a fast stretch, the chunks or the peak in a slow one) moved the chunking ratio from
-    1.11 to 1.28 between two runs an hour apart on the same code."""
+    1.11 to 1.28 between two runs an hour apart on the same code. Within a round, each split is the
+    median of prefill_samples serves alternated with the other split's (one serve each, the way it
+    was until 2026-12-05, made each round's ratio one pair of ~0.1 s readings)."""
     n, chunk = p["prompt_tokens"], p["chunk_tokens"]
     rounds = []
     for r in range(p["repeats"]):
@@ -99,8 +101,8 @@ def prefill(m, p) -> list[dict]:
         for name, e in PATHS.items():
             impl = e.prefill_attention
             splits = [(impl, n), (impl, chunk)]
-            split = bench.prefill_split(m, splits if r % 2 == 0 else splits[::-1], n, 1, e)
-            measured[name] = (split[(impl, n)][0], split[(impl, chunk)][0])
+            split = bench.prefill_split(m, splits if r % 2 == 0 else splits[::-1], n, p["prefill_samples"], e)
+            measured[name] = (statistics.median(split[(impl, n)]), statistics.median(split[(impl, chunk)]))
         rounds.append(measured)
     return rounds
 
@@ -175,7 +177,8 @@ def limits(p, cfg) -> list[dict]:
             f"GFLOP/s (before {1e3 * pre['mkl'][0]:.1f} ms), {prefill_gflops['probed'] / peak:.3f} of the stage's "
             "best peak", fraction["mkl"]),
         row(f"chunking_cost_{-(-n // chunk)}x{chunk}_vs_1x{n}", ratio["probed"], "ratio", lambda v: v <= 1.15,
-            "<= 1.15 (issue 19)", f"median over {len(rounds)} rounds of the ratio within each round (paths "
+            "<= 1.15 (issue 19)", f"median over {len(rounds)} rounds of the ratio within each round (each split "
+            f"the median of {p['prefill_samples']} serves alternated with the other's; paths "
             f"alternated, the splits' order flipped every round); medians: {-(-n // chunk)}x{chunk} "
             f"{1e3 * chunked:.1f} ms vs 1x{n} {1e3 * one:.1f} ms (before {1e3 * pre['mkl'][1]:.1f} vs "
             f"{1e3 * pre['mkl'][0]:.1f})", ratio["mkl"]),

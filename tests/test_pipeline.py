@@ -21,7 +21,7 @@ TINY = {
                       "overrides": ["model=micro"]},
     "token_budget": {"budgets": [16, 8192], "seeds": [3, 4], "small_requests": 6, "large_requests": 8, "repeats": 2,
                      "extra_seeds": [4], "rate_per_s": 20.0, "loads": [0.5], "overrides": MICRO_MIX},
-    "perf": {"repeats": 1, "prompt_tokens": 96, "chunk_tokens": 32, "decode_context": 64, "overhead_requests": 20,
+    "perf": {"repeats": 1, "prefill_samples": 2, "prompt_tokens": 96, "chunk_tokens": 32, "decode_context": 64, "overhead_requests": 20,
              "hf_prompt_tokens": 16, "hf_new_tokens": 4, "rss_requests": [3, 6], "budgets": [16, 8192],
              "sim_requests": 6, "sim_trace_rows": 30, "time_build": False, "overrides": MICRO_MIX,
              "peer": {"repeats": 1, "prompt_tokens": 96, "prefill_chunks": [96, 32], "static_batch": 2,
