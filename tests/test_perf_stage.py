@@ -23,7 +23,10 @@ def drifting_machine(monkeypatch, slowdown_after: int):
     def prefill_split(m, configs, prompt_tokens, repeats, engine_cfg):
         orders.append([c for _, c in configs])
         base = 0.010 if engine_cfg is perf.PATHS["probed"] else 0.020
-        return {(impl, c): [base * (1.0 if c == prompt_tokens else 1.1) / speed()] for impl, c in configs}
+        # `repeats` samples of each split (one speed() reading a split, as before); the chunks' first
+        # sample stalled 5x: a round that read one sample alone would take it
+        return {(impl, c): [base * (1.0 if c == prompt_tokens else 1.1 * (5.0 if i == 0 else 1.0)) / s
+                            for i in range(repeats)] for impl, c in configs for s in [speed()]}
 
     monkeypatch.setattr(perf.bench, "gemm_peaks", gemm_peaks)
     monkeypatch.setattr(perf.bench, "prefill_split", prefill_split)
@@ -31,7 +34,7 @@ def drifting_machine(monkeypatch, slowdown_after: int):
 
 
 def test_ratios_pair_measurements_of_the_same_round_and_the_split_order_flips(monkeypatch):
-    p = {"prompt_tokens": 1536, "chunk_tokens": 64, "repeats": 5}
+    p = {"prompt_tokens": 1536, "chunk_tokens": 64, "repeats": 5, "prefill_samples": 3}
     orders = drifting_machine(monkeypatch, slowdown_after=7)  # 5 measurements a round: slows inside round 2
     rounds = perf.prefill(None, p)
     assert orders[::2] == [[1536, 64], [64, 1536], [1536, 64], [64, 1536], [1536, 64]]
