@@ -131,7 +131,8 @@ def _check_mixed_step(model, contexts, chunk, library, prefill_attention, block)
 def test_sampled_rows_and_the_reused_scratch(library):
     """The forward returns the final-norm hidden states of the rows asked for, exactly those of a
     call that returns every row; steps of up to 512 rows run in the forward's reused scratch, and
-    what a call returned is its own (a later call leaves it as it was); a longer step allocates."""
+    what a call returned is its own (a later call leaves it as it was); a longer step allocates. A row
+    outside the step is refused before the KV cache is written."""
     model = TinyGPT.from_seed(dataclasses.replace(MICRO, dtype="float32", max_seq_len=1024), seed=4)
     fused = native.FusedForward(model, BLOCK, LinearPlan.single(library))
     c = model.cfg
@@ -154,8 +155,10 @@ def test_sampled_rows_and_the_reused_scratch(library):
     long_rows = step(0, 600, [599, 0])  # past 512 rows: its own buffer, the scratch not grown for it
     assert torch.equal(long_rows, step(0, 600)[[599, 0]]) and fused.scratch.numel() == grown
     assert torch.equal(step(0, 48), every)  # the scratch after a long step: the same results
-    with pytest.raises(RuntimeError, match="sample row 48"):
-        step(0, 48, [48])
+    kv = kv_layout.blocked_pool(c.num_layers, 256, BLOCK, c.num_kv_heads, c.head_dim)
+    with pytest.raises(RuntimeError, match="sample row 48"):  # checked before the forward writes anything
+        fused(ids[:48].clone(), table, [0], [48], 0, kv, [48])
+    assert not kv[0].any() and not kv[1].any()
     with pytest.raises(RuntimeError, match="position 1024 is past the RoPE table"):
         step(1000, 25)
 

@@ -141,9 +141,10 @@ class ModelRunner:
         else:
             meta, positions = self._metadata(decodes, starts, chunks)
             hidden = self.model(input_ids, positions, meta, self.kv_cache)  # [T, d_model]
-            hidden = hidden[torch.tensor(rows, device=self.device)] if rows else hidden[:0]  # [R, d_model]
-        if not rows:
+        if not rows:  # a chunk that does not end its prompt: the forward wrote its KV, nothing samples
             return {}
+        if self.fused is None:
+            hidden = hidden[torch.tensor(rows, device=self.device)]  # [R, d_model]
         logits = self.model.logits(hidden)  # [R, vocab]
         return {s.seq_id: tok for s, tok in zip(owners, self._sample(logits, owners))}
 
