@@ -257,10 +257,22 @@ def test_the_drift_table_sets_each_repeats_step_ratio_beside_its_signed_error():
     assert drift_correlation(drift.reset_index(), ratio="sentinel_ratio") < -0.5
 
 
+def test_the_sentinel_weights_each_step_by_its_predicted_time():
+    """Three small steps at their prediction and one long step at twice it: the plain median says
+    1.0, the machine's time says 2 (the long step holds most of the predicted seconds)."""
+    from chunklab.experiments.sentinel import time_weighted_median
+
+    assert time_weighted_median([1.0, 1.0, 2.0, 1.0], [0.001, 0.001, 0.010, 0.001]) == 2.0
+    assert time_weighted_median([1.0, 3.0, 2.0], [1.0, 1.0, 1.0]) == 2.0  # equal weights: the median
+    assert time_weighted_median([0.9, 1.2], [3.0, 1.0]) == 0.9
+    with pytest.raises(ValueError):
+        time_weighted_median([], [])
+
+
 def test_the_speed_sentinel_reads_the_real_engine_against_the_profile():
-    """Each read replays the same requests on the real engine and returns the median of its steps'
-    measured / predicted seconds: against a profile that predicts a thousand times too much, far
-    under 1; against one a million times too little, far over."""
+    """Each read replays the same requests on the real engine and returns the time-weighted median
+    of its steps' measured / predicted seconds: against a profile that predicts a thousand times too
+    much, far under 1; against one a million times too little, far over."""
     from chunklab.experiments.sentinel import SpeedSentinel
     from chunklab.engine.cost_model import LinearProfile
     from chunklab.engine.step_shape import FEATURES

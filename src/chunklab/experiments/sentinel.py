@@ -5,10 +5,21 @@ A shared VM's speed drifts: on the 2-core AMD EPYC VM that ran the fidelity stag
 the next, ten minutes after calibration had measured 1.009 on the same kind of steps, and
 the simulation's per-request error followed that ratio (correlation -0.81 for TPOT). The
 sentinel reads the speed between measured runs: a short serving replay of calibration's own
-kind (the chapter's mix at budget 512, calibration/serving.py), whose steps' median
-measured / predicted time is its ratio. The profile was fit on such replays, so the ratio is
-about 1 on the machine as it was calibrated; a simulation scaled by it
-(hardware.step_time_scale) predicts the machine as it runs now, and says so in its conditions.
+kind (the chapter's mix at budget 512, calibration/serving.py), every request queued at once
+as in calibration's bursts, so batches run full as near capacity. Its ratio is the
+time-weighted median of its steps' measured / predicted time: the ratio of the step that holds
+the middle predicted second. The profile was fit on such replays, so the ratio is about 1 on
+the machine as it was calibrated; a simulation scaled by it (hardware.step_time_scale)
+predicts the machine as it runs now, and says so in its conditions.
+
+Why full batches and time weights. Measured on the Intel Xeon VM (2026-12-05 06:39-06:46 UTC),
+a sentinel of 24 requests at 8/s (95% of its steps small decodes) read 0.97-1.06 as the median
+of its steps while a ch10 run at 22.2 req/s (b512, saturated) right after it ran 1.11-1.14x its
+prediction in sum; time-weighted, that sentinel read 1.055-1.071. The same 24 requests queued at
+once read 1.088-1.106 time-weighted against the saturated runs' 1.103-1.105 (their sum
+1.117-1.119), and 1.075-1.116 beside runs at 11.3 req/s that read 1.083-1.094. A median weighted
+by predicted time, not the sum: one stall in a one-second replay would move a sum by several
+percent.
 
 The replay is not the measured run: the ratio never looks at the steps it is used to predict.
 """
@@ -18,7 +29,7 @@ import dataclasses
 import statistics
 from dataclasses import dataclass
 
-from chunklab.calibration.serving import REPLAY_SEED, replay_workload
+from chunklab.calibration.serving import BURST_RATE_PER_S, REPLAY_SEED, replay_workload
 from chunklab.config import EngineConfig, ModelConfig, RunConfig, SchedulerConfig
 from chunklab.engine.clock import ReplayClock
 from chunklab.engine.cost_model import LinearProfile, load_cost_model
@@ -27,8 +38,20 @@ from chunklab.engine.serve import serve
 from chunklab.workload.synthetic import synthetic_requests
 
 SENTINEL_BUDGET_TOKENS = 512
-SENTINEL_RATE_PER_S = 8.0
+SENTINEL_RATE_PER_S = BURST_RATE_PER_S  # every request queued at once (see above)
 SENTINEL_SEED = REPLAY_SEED + 100  # apart from calibration's replays: not a step the fit saw
+
+
+def time_weighted_median(ratios, weights) -> float:
+    """The ratio at the middle of the weights' total: of the steps sorted by ratio, that of the
+    step holding the middle predicted second (weights: predicted seconds, all > 0)."""
+    pairs = sorted(zip(ratios, weights))
+    half, total = sum(weights) / 2, 0.0
+    for ratio, weight in pairs:
+        total += weight
+        if total >= half:
+            return float(ratio)
+    raise ValueError("time_weighted_median of no steps")
 
 
 def geometric_mean(values) -> float:
@@ -38,7 +61,7 @@ def geometric_mean(values) -> float:
 
 @dataclass(frozen=True)
 class SentinelReading:
-    ratio: float  # median over the replay's steps of measured / predicted seconds
+    ratio: float  # time-weighted median over the replay's steps of measured / predicted seconds
     num_steps: int
     duration_s: float  # the replay's compute time
 
@@ -74,5 +97,6 @@ class SpeedSentinel:
         self._runner = eng.executor
         result = serve(eng, synthetic_requests(self.workload, self.model.vocab_size))
         cols = result.steps.arrays()
-        ratios = [float(d / p) for d, p in zip(cols["duration_s"], cols["predicted_s"]) if p > 0]
-        return SentinelReading(statistics.median(ratios), len(ratios), float(cols["duration_s"].sum()))
+        steps = [(float(d / p), float(p)) for d, p in zip(cols["duration_s"], cols["predicted_s"]) if p > 0]
+        ratio = time_weighted_median([r for r, _ in steps], [p for _, p in steps])
+        return SentinelReading(ratio, len(steps), float(cols["duration_s"].sum()))
