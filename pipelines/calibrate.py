@@ -36,7 +36,9 @@ def main() -> None:
     cal = calibrate(cfg, settings)
     out = OUTPUTS / "profiles"
     write_profile(cal.profile, out / "machine.json")
-    write_profile(probe_only(cal.profile), out / "machine_probe_only.json")
+    # its baseline is the stored fit's: the probe-only fit is never read with a sentinel
+    write_profile({k: v for k, v in probe_only(cal.profile).items() if k != "sentinel"},
+                  out / "machine_probe_only.json")
     write_profile(cal.profile, machine_profile_path(cfg.model, cfg.engine))
     doc = cal.profile
     held, shapes = doc["held_out_serving"], doc["held_out_shapes"]
@@ -70,6 +72,8 @@ def main() -> None:
               f"p90 {r['p90_rel_error']:.3f}, measured/predicted {r['median_ratio']:.3f} ({r['num_shapes']} steps)")
     print(f"[calibrate] held-out shapes: median {shapes['median_rel_error']:.3f}, p90 {shapes['p90_rel_error']:.3f}; "
           f"{doc['shapes']['profiling_s']} s probing, {doc['serving']['serving_s']} s serving")
+    print(f"[calibrate] speed sentinel right after the fit: {doc['sentinel']['baseline_ratio']:.3f} "
+          f"(readings {', '.join(f'{r:.3f}' for r in doc['sentinel']['readings'])})")
 
 
 if __name__ == "__main__":

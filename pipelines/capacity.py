@@ -79,7 +79,8 @@ def main() -> None:
             f"figure ({len(real.probes)} measured probes, each in outputs/capacity/probes.csv). Capacity lies between "
             f"each pair of columns. Sentinel-scaled: the simulated search again, every predicted step times "
             f"{scale:.3f}, the geometric mean of {len(readings)} speed-sentinel readings taken before each measured "
-            f"probe and after the last (a short serving replay on the real engine against the profile; "
+            f"probe and after the last (a short serving replay on the real engine against the profile, over the same "
+            f"replay's reading right after calibration, {sentinel.baseline_ratio:.3f}; "
             f"{min(readings):.3f}-{max(readings):.3f}).\n\nConditions: {conditions[0]}")
     (OUTPUTS / "tables").mkdir(exist_ok=True)
     (OUTPUTS / "tables" / "capacity.md").write_text("### Capacity: measured against simulated, one machine\n\n"

@@ -106,7 +106,9 @@ def main() -> None:
                 tables[name] = percentile_table(res.runs, scaled_runs.groupby("point", sort=False).median(
                     numeric_only=True).reset_index().assign(executor="simulated"))
                 cond_lines[f"simulated ({name})"] = sim_conditions_line(scaled[0]) + (
-                    f"; each repeat its own scale ({column}: {res.runs[column].min():.3f}-{res.runs[column].max():.3f})")
+                    f"; each repeat its own scale ({column}: {res.runs[column].min():.3f}-{res.runs[column].max():.3f})"
+                    + (f", each reading over the sentinel's right after calibration, {sentinel.baseline_ratio:.3f}"
+                       if column == "sentinel_ratio" else ""))
     drift = drift_table(res.runs, {"": errors["probe + serving"]} | {name: errors[name] for name in SCALED})
     steps = res.steps.assign(point=res.steps["run"].map(lambda i: labels[i]))
     step_err = step_errors(steps)
@@ -200,7 +202,8 @@ def markdown(p, paired, floor, tables, step_err, drift, lines) -> str:
         "on probe shapes alone, before serving replays entered the fit. "
         f"\"({SENTINEL})\": each measured repeat against a simulation of its own whose every step time is the "
         "profile's times that repeat's speed sentinel (a short serving replay on the real engine just before "
-        "and just after the repeat, experiments/sentinel.py; never the repeat's own steps). "
+        "and just after the repeat, over the same replay's reading right after calibration, "
+        "experiments/sentinel.py; never the repeat's own steps). "
         "\"(repeat vs repeat)\": the same error between two measured repeats of the point, request by request: "
         "this machine's noise floor.", "",
         pb.to_markdown(index=False, floatfmt=".3f"), "",

@@ -288,6 +288,22 @@ def test_the_speed_sentinel_reads_the_real_engine_against_the_profile():
     assert fast.read().ratio > 1e2
 
 
+def test_a_sentinel_reading_is_taken_over_the_one_its_calibration_took():
+    """Right after a fit the sentinel read 0.94-0.96 here, not 1: its readings are divided by that
+    baseline (profile["sentinel"]), 1 for a profile from before it was recorded; none can be 0."""
+    from chunklab.experiments.sentinel import SpeedSentinel, baseline_of
+    from chunklab.engine.cost_model import LinearProfile
+    from chunklab.engine.step_shape import FEATURES
+
+    coef = tuple(1e-6 if f == "tokens" else 0.0 for f in FEATURES)
+    reading = SpeedSentinel(MICRO, EngineConfig(compile=False), LinearProfile(coef, "test", {}, {}), num_requests=6,
+                            baseline_ratio=4.0).read()
+    assert reading.raw_ratio > 0 and reading.ratio == pytest.approx(reading.raw_ratio / 4.0)
+    assert baseline_of({"sentinel": {"baseline_ratio": 0.94}}) == 0.94 and baseline_of({}) == 1.0
+    with pytest.raises(ValueError, match="baseline_ratio=0"):
+        SpeedSentinel(MICRO, EngineConfig(compile=False), LinearProfile(coef, "test", {}, {}), baseline_ratio=0)
+
+
 def test_every_measured_stage_reruns_when_the_machine_changes_and_no_simulated_one_does():
     """dvc.yaml: the `machine` stage runs on every repro; measured stages depend on its output."""
     import yaml

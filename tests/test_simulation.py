@@ -205,6 +205,13 @@ def test_a_calibrated_profile_guards_real_runs_and_drives_simulated_ones(tmp_pat
     profile = tmp_path / "micro.json"
     profile.write_text(json.dumps(cal.profile))
     real = run_experiment(compose_run_config(base + [f"engine.profile={profile}"]), tmp_path / "real")
+    # the speed sentinel's reading right after the fit: later readings are taken over it
+    readings = cal.profile["sentinel"]["readings"]
+    assert len(readings) == 3 and cal.profile["sentinel"]["baseline_ratio"] == sorted(readings)[1] > 0
+    from chunklab.experiments.sentinel import SpeedSentinel
+
+    sentinel = SpeedSentinel.for_run(compose_run_config(base + [f"engine.profile={profile}"]))
+    assert sentinel.baseline_ratio == cal.profile["sentinel"]["baseline_ratio"]
     assert 0 <= real.summary["noisy_steps_share"] <= 1 and real.summary["worst_step_excess"] > 0
     assert all(s.predicted_s > 0 for s in real.result.steps)
     assert json.loads((tmp_path / "real/summary.json").read_text())["noise_guard"] == "on"

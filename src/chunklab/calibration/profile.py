@@ -8,6 +8,7 @@ fit is kept beside it (`probe_only`), so every report can say what the serving s
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -21,7 +22,7 @@ from chunklab.calibration.probe import profile_shapes
 from chunklab.calibration.serving import REPLAYS, ServingSteps, serving_steps
 from chunklab.calibration.shapes import calibration_shapes
 from chunklab.config import RunConfig
-from chunklab.engine.cost_model import PROFILE_FORMAT, applies_to
+from chunklab.engine.cost_model import PROFILE_FORMAT, LinearProfile, applies_to
 from chunklab.engine.step_shape import FEATURES, StepShape
 from chunklab.metrics.conditions import conditions
 from chunklab.model.sizes import num_parameters
@@ -30,6 +31,7 @@ CONDITION_KEYS = ("cpu_model", "cpu_arch", "cpu_logical_cores", "memory_gb", "de
                   "torch_threads", "python", "os", "model", "model_params", "dtype", "git_commit", "git_dirty",
                   "measured_at", "forward_path")
 HELD_OUT_REPLAYS = (1, 3, 5)  # fit on the other replays, score on these (serving.REPLAYS: one of each kind)
+SENTINEL_BASELINE_READS = 3  # their median is the profile's sentinel baseline (experiments/sentinel.py)
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,19 @@ def calibrate(cfg: RunConfig, s: CalibrationSettings, show_progress: bool | None
                     "stalled_steps_left_out": trimmed, "serving_s": round(serving_s, 1)},
         "conditions": {k: cond[k] for k in CONDITION_KEYS},
     }
+    profile["sentinel"] = sentinel_baseline(cfg, profile)
     return Calibration(shapes, times, serving, results, profile)
+
+
+def sentinel_baseline(cfg: RunConfig, profile: dict) -> dict:
+    """What the speed sentinel reads against this profile on the machine as just calibrated: later
+    readings are taken over it (experiments/sentinel.py says why it is not 1)."""
+    from chunklab.experiments.sentinel import SpeedSentinel  # it replays calibration's own kind of serving
+
+    sentinel = SpeedSentinel(cfg.model, cfg.engine, LinearProfile.from_profile(profile))
+    readings = [sentinel.read().raw_ratio for _ in range(SENTINEL_BASELINE_READS)]
+    return {"baseline_ratio": statistics.median(readings), "readings": readings, "num_requests": sentinel.num_requests,
+            "statistic": f"median of {SENTINEL_BASELINE_READS} readings right after the fit"}
 
 
 def fit_on(stalled_steps: int, serving_steps: int) -> str:

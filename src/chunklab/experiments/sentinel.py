@@ -8,9 +8,17 @@ sentinel reads the speed between measured runs: a short serving replay of calibr
 kind (the chapter's mix at budget 512, calibration/serving.py), every request queued at once
 as in calibration's bursts, so batches run full as near capacity. Its ratio is the
 time-weighted median of its steps' measured / predicted time: the ratio of the step that holds
-the middle predicted second. The profile was fit on such replays, so the ratio is about 1 on
-the machine as it was calibrated; a simulation scaled by it (hardware.step_time_scale)
-predicts the machine as it runs now, and says so in its conditions.
+the middle predicted second. A reading is that ratio over the one calibration took right after
+its fit (the profile's `sentinel.baseline_ratio`), so it is 1 on the machine as it was
+calibrated; a simulation scaled by it (hardware.step_time_scale) predicts the machine as it
+runs now, and says so in its conditions.
+
+Why a baseline. The profile is fit on probe shapes and replays of several kinds, and it misses
+each kind of step by a few percent, each its own way; the sentinel's mix of steps weighs those
+misses its own way. Measured on the Intel Xeon VM (2026-12-05 09:26 and 09:27 UTC, two fresh
+calibrations with the stage's settings, each read four times straight after): 0.937-0.940 and
+0.955-0.959, not 1. Until then the readings were used as they came, so every sentinel-scaled
+simulation ran ~5% fast from the start.
 
 Why full batches and time weights. Measured on the Intel Xeon VM (2026-12-05 06:39-06:46 UTC),
 a sentinel of 24 requests at 8/s (95% of its steps small decodes) read 0.97-1.06 as the median
@@ -32,7 +40,7 @@ from dataclasses import dataclass
 from chunklab.calibration.serving import BURST_RATE_PER_S, REPLAY_SEED, replay_workload
 from chunklab.config import EngineConfig, ModelConfig, RunConfig, SchedulerConfig
 from chunklab.engine.clock import ReplayClock
-from chunklab.engine.cost_model import LinearProfile, load_cost_model
+from chunklab.engine.cost_model import LinearProfile, load_cost_model, profile_path, read_profile
 from chunklab.engine.engine import LLMEngine
 from chunklab.engine.serve import serve
 from chunklab.workload.synthetic import synthetic_requests
@@ -59,9 +67,16 @@ def geometric_mean(values) -> float:
     return float(statistics.geometric_mean(values)) if values else float("nan")
 
 
+def baseline_of(profile: dict) -> float:
+    """What the sentinel read against this profile right after its fit; 1 for a profile from before
+    calibration recorded it."""
+    return float(profile.get("sentinel", {}).get("baseline_ratio", 1.0))
+
+
 @dataclass(frozen=True)
 class SentinelReading:
-    ratio: float  # time-weighted median over the replay's steps of measured / predicted seconds
+    ratio: float  # raw_ratio / the profile's baseline: this machine's speed now against its calibrated one
+    raw_ratio: float  # time-weighted median over the replay's steps of measured / predicted seconds
     num_steps: int
     duration_s: float  # the replay's compute time
 
@@ -69,17 +84,23 @@ class SentinelReading:
 class SpeedSentinel:
     """One model and KV pool, built once; read() replays the same requests each time."""
 
-    def __init__(self, model: ModelConfig, engine: EngineConfig, cost_model: LinearProfile, num_requests: int = 24):
-        self.model, self.cost_model = model, cost_model
+    def __init__(self, model: ModelConfig, engine: EngineConfig, cost_model: LinearProfile, num_requests: int = 24,
+                 baseline_ratio: float = 1.0):
+        if not baseline_ratio > 0:
+            raise ValueError(f"sentinel baseline_ratio={baseline_ratio!r}: must be > 0")
+        self.model, self.cost_model, self.baseline_ratio = model, cost_model, baseline_ratio
+        self.num_requests = num_requests
         self.engine_cfg = dataclasses.replace(engine, executor="torch")
         self.workload = replay_workload(model, num_requests, SENTINEL_RATE_PER_S, SENTINEL_SEED)
         self._runner = None
 
     @classmethod
     def for_run(cls, cfg: RunConfig) -> "SpeedSentinel":
-        """The sentinel of a measured run's model, engine and profile (engine.profile)."""
+        """The sentinel of a measured run's model, engine and profile (engine.profile), against the
+        reading its calibration took."""
         cost_model, _ = load_cost_model(cfg.model, cfg.engine, required=True)
-        return cls(cfg.model, cfg.engine, cost_model)
+        doc, _ = read_profile(profile_path(cfg.model, cfg.engine))
+        return cls(cfg.model, cfg.engine, cost_model, baseline_ratio=baseline_of(doc))
 
     def read(self) -> SentinelReading:
         """The first read replays twice and keeps the second: measured on this VM, a fresh
@@ -98,5 +119,5 @@ class SpeedSentinel:
         result = serve(eng, synthetic_requests(self.workload, self.model.vocab_size))
         cols = result.steps.arrays()
         steps = [(float(d / p), float(p)) for d, p in zip(cols["duration_s"], cols["predicted_s"]) if p > 0]
-        ratio = time_weighted_median([r for r, _ in steps], [p for _, p in steps])
-        return SentinelReading(ratio, len(steps), float(cols["duration_s"].sum()))
+        raw = time_weighted_median([r for r, _ in steps], [p for _, p in steps])
+        return SentinelReading(raw / self.baseline_ratio, raw, len(steps), float(cols["duration_s"].sum()))
