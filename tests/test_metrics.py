@@ -106,9 +106,17 @@ def test_slowdown_of_an_engine_run_is_over_one():
 
 
 def test_steps_csv_written_in_chunks_equals_one_frame(tmp_path):
-    log = StepLog.of(StepRecord(i * 0.1, 1e-3 / (i + 1), i % 8, 7 * i, i % 3, 3, 2, 1000 - i, 0,
-                                None if i % 5 == 0 else 0.3 * i) for i in range(2503))
-    log.write_csv(tmp_path / "chunked.csv", chunk_rows=1000)
-    log.to_frame().to_csv(tmp_path / "whole.csv", index_label="step")
-    assert (tmp_path / "chunked.csv").read_bytes() == (tmp_path / "whole.csv").read_bytes()
-    assert len((tmp_path / "chunked.csv").read_text().splitlines()) == 2504
+    """steps.csv is written by hand for speed: the same bytes as pandas' to_csv of the whole frame,
+    with NaN empty, floats as repr at every magnitude, shape features and an empty run."""
+    odd = (0.0, -0.0, 1e-7, 1e17, 123456789.125, 0.1, 2.5e-5)
+    log = StepLog(with_features=True)
+    for i in range(2503):
+        log.append(StepRecord(i * 0.1, 1e-3 / (i + 1), i % 8, 7 * i, i % 3, 3, 2, 1000 - i, 0,
+                              None if i % 5 == 0 else odd[i % len(odd)] * i,
+                              None if i % 7 == 0 else [odd[(i + j) % len(odd)] * (j + 1) for j in range(len(FEATURES))]))
+    for name, steps in (("run", log), ("empty", StepLog(with_features=True))):
+        steps.write_csv(tmp_path / f"{name}-chunked.csv", chunk_rows=1000)
+        steps.to_frame().to_csv(tmp_path / f"{name}-whole.csv", index_label="step")
+        assert (tmp_path / f"{name}-chunked.csv").read_bytes() == (tmp_path / f"{name}-whole.csv").read_bytes()
+    assert len((tmp_path / "run-chunked.csv").read_text().splitlines()) == 2504
+    assert (tmp_path / "empty-chunked.csv").read_text().count("\n") == 1  # the header alone

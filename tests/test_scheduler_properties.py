@@ -55,6 +55,10 @@ def check_plan(cfg, sched, plan, decoding_before):
         if cfg.long_prefill_threshold:
             assert chunk.num_tokens <= cfg.long_prefill_threshold
     assert all(s.phase is Phase.DECODING for s in plan.decodes)
+    # every scheduled sequence holds exactly the blocks its cached tokens plus this step's need
+    bm = sched.block_manager
+    for seq, num_tokens in [(s, 1) for s in plan.decodes] + [(c.seq, c.num_tokens) for c in plan.prefills]:
+        assert len(seq.block_table) == bm.blocks_for_tokens(seq.num_computed_tokens + num_tokens)
     if not sched.waiting and not plan.preempted:
         assert plan.num_tokens > 0 or not sched.running
     if cfg.ordering == "decode_first":

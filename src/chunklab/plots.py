@@ -40,8 +40,11 @@ def latency_figure(records: list[RequestRecord], title: str, path: Path) -> Path
             # mathtext's parser, the larger part of this figure's time.
             b.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
             b.xaxis.set_minor_locator(NullLocator())
-    a.set(title="TTFT", xlabel="seconds", ylabel="share of requests")
-    b.set(title="inter-token gaps (every gap)", xlabel="seconds")
+    a.set(xlabel="seconds", ylabel="share of requests")
+    b.set(xlabel="seconds")
+    # A title at a fixed height: placed automatically, it measures every tick label's box first (~5 ms).
+    a.set_title("TTFT", y=1.0)
+    b.set_title("inter-token gaps (every gap)", y=1.0)
     fig.suptitle(title, fontsize=9)
     # Fixed margins and light compression: tight_layout and default PNG compression took ~0.5 s,
     # more than a whole simulated 200-request run.

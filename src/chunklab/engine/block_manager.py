@@ -31,6 +31,10 @@ class BlockManager:
         needed = self.blocks_for_tokens(seq.num_computed_tokens + num_new_tokens)
         return max(0, needed - len(seq.block_table))
 
+    def fits_own_blocks(self, seq: Sequence, num_new_tokens: int) -> bool:
+        """Whether num_new_tokens more tokens of `seq` fit in the blocks it holds (most decode steps)."""
+        return seq.num_computed_tokens + num_new_tokens <= len(seq.block_table) * self.block_size
+
     def max_fitting_tokens(self, seq: Sequence) -> int:
         """How many more tokens of `seq` fit in its own blocks plus all free ones."""
         capacity = (len(seq.block_table) + self.num_free_blocks) * self.block_size

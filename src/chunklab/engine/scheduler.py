@@ -148,6 +148,8 @@ class Scheduler:
         running sequence is preempted (possibly seq itself, which then gets 0).
         """
         bm = self.block_manager
+        if bm.fits_own_blocks(seq, want_tokens):  # nothing to allocate: most decodes, every step
+            return want_tokens
         while True:
             num_tokens = min(want_tokens, bm.max_fitting_tokens(seq))
             if num_tokens > 0:

@@ -65,8 +65,19 @@ class StepLog:
         return pd.DataFrame({name: a[start:end] for name, a in self.arrays().items()}, index=pd.RangeIndex(start, end))
 
     def write_csv(self, path, chunk_rows: int = 100_000) -> None:
-        """steps.csv, a chunk of rows at a time: one frame of a replayed trace's ~10^6 steps
-        and its formatted text would cost ~150 MB more than the columns themselves."""
-        with open(path, "w", newline="") as f:
-            for start in range(0, max(len(self), 1), chunk_rows):
-                self.to_frame(start, start + chunk_rows).to_csv(f, index_label="step", header=start == 0)
+        """steps.csv, a chunk of rows at a time: all the text of a replayed trace's ~10^6 steps at
+        once would cost ~150 MB more than the columns themselves. The same text as pandas'
+        to_csv (floats as repr, NaN empty), at ~half its time: ~1.2 s of a 260,000-step trace's
+        9 s run went to pandas formatting the floats."""
+        with open(path, "w") as f:
+            f.write(",".join(["step", *self.columns]) + "\n")
+            for start in range(0, len(self), chunk_rows):
+                end = min(start + chunk_rows, len(self))
+                cells = [map(str, range(start, end))] + [_texts(c[start:end]) for c in self.columns.values()]
+                f.writelines(f"{','.join(row)}\n" for row in zip(*cells))
+
+
+def _texts(column: array) -> list[str]:
+    if column.typecode == "d":
+        return ["" if v != v else repr(v) for v in column.tolist()]  # v != v: NaN, which pandas writes empty
+    return list(map(str, column.tolist()))
