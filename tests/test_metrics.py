@@ -105,6 +105,23 @@ def test_slowdown_of_an_engine_run_is_over_one():
     assert "class_long_slowdown_p50" in s and "class_short_slowdown_p50" in s
 
 
+def test_steps_csv_holds_one_chunk_of_text_at_a_time(tmp_path):
+    """A replayed trace has ~10^6 steps: writing them must not hold every row's text at once
+    (Python's allocations traced, so the bound does not depend on the machine)."""
+    import tracemalloc
+
+    log = StepLog.of(StepRecord(i * 0.1, 1e-3 / (i + 1), i % 8, 7 * i, i % 3, 3, 2, 1000 - i, 0, 0.3 * i)
+                     for i in range(60_000))
+    tracemalloc.start()
+    try:
+        log.write_csv(tmp_path / "steps.csv")
+        peak_mb = tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+    assert (tmp_path / "steps.csv").stat().st_size > 4 * 2**20  # ~4 MB of text written ...
+    assert peak_mb < 20  # ... with ~12 MiB of it held at a time (all 60,000 rows at once: ~38)
+
+
 def test_steps_csv_written_in_chunks_equals_one_frame(tmp_path):
     """steps.csv is written by hand for speed: the same bytes as pandas' to_csv of the whole frame,
     with NaN empty, floats as repr at every magnitude, shape features and an empty run."""
