@@ -9,7 +9,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
-	$(PY) -m chunklab.model.native   # builds the fused C++ forward once (~30 s); runs fall back to eager without it
+	$(PY) -m chunklab.model.linear_library   # builds the fused C++ forward once (~30 s); runs fall back to eager without it
 	touch $@
 
 run: setup            ## the chapter's experiment at budgets 64, 512, 8192, logged to MLflow

@@ -19,9 +19,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
+from chunklab.app import run_tracked
 from chunklab.config import ChunklabError, RunConfig
-from chunklab.paths import PROJECT_ENV
+from chunklab.experiments.prepare import prepare
 from chunklab.interrupts import Interrupted
+from chunklab.paths import PROJECT_ENV
 from chunklab.schema import error_line, register, to_run_config
 from chunklab.tracking.naming import SWEEP_KEYS_ENV, run_name
 
@@ -43,9 +45,7 @@ def run_tags(hc) -> dict[str, str]:
 def main(cfg: DictConfig) -> float:
     """Returns the run's goodput (req/s), which a Hydra sweeper (Optuna) can maximise."""
     try:
-        run_cfg = to_run_config(cfg)  # validated before torch and mlflow are even imported
-        from chunklab.app import run_tracked
-
+        run_cfg = prepare(to_run_config(cfg))  # validated, then made concrete for this machine
         hc = HydraConfig.get()
         sweep_keys = os.environ.get(SWEEP_KEYS_ENV, "").split() if hc.mode == RunMode.MULTIRUN else []
         name = run_name(run_cfg, list(hc.overrides.task), sweep_keys, hc.runtime.choices.get("experiment"))

@@ -12,9 +12,8 @@ import urllib.request
 from pathlib import Path
 
 from chunklab.config import EngineConfig, LengthClass, ModelConfig, SchedulerConfig, WorkloadConfig
-from chunklab.engine.clock import ReplayClock
-from chunklab.engine.engine import LLMEngine
-from chunklab.engine.serve import serve
+from chunklab.engine.build import build_engine
+from chunklab.engine.replay import replay
 from chunklab.workload.synthetic import synthetic_requests
 
 # A two-layer model: same code paths as TinyGPT, a fraction of the time.
@@ -29,8 +28,8 @@ MIXED = WorkloadConfig(
 
 
 def run_engine(requests, model=MICRO, engine=EngineConfig(), **sched):
-    eng = LLMEngine(model, engine, SchedulerConfig(**sched), ReplayClock())
-    return eng, serve(eng, requests)
+    eng = build_engine(model, engine, SchedulerConfig(**sched))
+    return eng, replay(eng, requests)
 
 
 def outputs(result) -> list[tuple[int, ...]]:

@@ -1,4 +1,5 @@
 """The real conf/ composes into a valid RunConfig; bad values name their key."""
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -110,8 +111,9 @@ def test_load_resolves_to_a_fraction_of_the_simulated_capacity(tmp_path, monkeyp
     assert build_run_config(compose_cfg("engine=simulated", "workload.load=0.9")).workload.rate_per_s == \
         pytest.approx(0.9 * capacity)
     assert list(tmp_path.glob("*.json")) == [cached]
-    from chunklab.experiments.sim_capacity import probe
+    from chunklab.experiments.capacity import probe
 
     ref = load.reference_config(cfg)
-    assert probe(ref, capacity, load.CAPACITY_SEEDS, 150, 1)["slo_attainment"] >= 0.9
-    assert probe(ref, capacity * 1.03, load.CAPACITY_SEEDS, 150, 1)["slo_attainment"] < 0.9
+    ref = dataclasses.replace(ref, workload=dataclasses.replace(ref.workload, num_requests=150))
+    assert probe(ref, capacity, load.CAPACITY_SEEDS, 1)["slo_attainment"] >= 0.9
+    assert probe(ref, capacity * 1.03, load.CAPACITY_SEEDS, 1)["slo_attainment"] < 0.9

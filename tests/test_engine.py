@@ -49,7 +49,7 @@ def test_outputs_identical_across_budgets(reqs, baseline, path, budget):
     eng, result = path.run(reqs, budget=budget)
     assert outputs(result) == baseline
     if budget <= 64:
-        assert eng.scheduler.num_chunked_prefills > 0  # the long prompts really were chunked
+        assert eng.scheduler.stats().num_chunked_prefills > 0  # the long prompts really were chunked
 
 
 def test_onednn_outputs_identical_across_budgets(reqs):
@@ -82,9 +82,9 @@ def test_outputs_identical_under_preemption(path):
     _, unpressured = path.run(reqs, budget=8192)
     # 40 blocks of 8 tokens hold one long request (<= 312 tokens), never two.
     eng, result = path.run(reqs, num_blocks=40, block_size=8, budget=64, max_partial_prefills=4)
-    assert eng.scheduler.num_preemptions > 0
+    assert eng.scheduler.stats().num_preemptions > 0
     assert outputs(result) == outputs(unpressured)
-    assert sum(s.num_preemptions for s in result.sequences) == eng.scheduler.num_preemptions
+    assert sum(s.num_preemptions for s in result.sequences) == eng.scheduler.stats().num_preemptions
     assert eng.block_manager.num_free_blocks == 40
 
 

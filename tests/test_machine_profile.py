@@ -17,7 +17,7 @@ from chunklab.calibration.machine import CACHE_ENV, machine_profile_path
 from chunklab.calibration.profile import fit_on
 from chunklab.config import EngineConfig
 from chunklab.experiments.compose import compose_run_config
-from chunklab.experiments.sim_capacity import bisect_capacity
+from chunklab.experiments.capacity import bisect
 from chunklab.report.fidelity import paired_errors, paired_table
 from helpers import MICRO
 
@@ -193,7 +193,7 @@ def test_capacity_bisection_brackets_the_true_capacity(capacity):
         seen.append(rate)
         return {"rate_per_s": rate, "slo_attainment": 1.0 if rate <= capacity else 0.5}
 
-    found = bisect_capacity(measure, 0.9, (3.7 * 0.96, 3.7 * 1.04), 0.03, widen=1.1)
+    found = bisect(measure, 0.9, (3.7 * 0.96, 3.7 * 1.04), 0.03, widen=1.1)
     assert found.lo_req_per_s <= capacity < found.hi_req_per_s
     assert found.hi_req_per_s / found.lo_req_per_s <= 1.03 and len(found.probes) == len(set(seen))
 
@@ -260,7 +260,7 @@ def test_the_drift_table_sets_each_repeats_step_ratio_beside_its_signed_error():
 def test_the_sentinel_weights_each_step_by_its_predicted_time():
     """Three small steps at their prediction and one long step at twice it: the plain median says
     1.0, the machine's time says 2 (the long step holds most of the predicted seconds)."""
-    from chunklab.experiments.sentinel import time_weighted_median
+    from chunklab.calibration.sentinel import time_weighted_median
 
     assert time_weighted_median([1.0, 1.0, 2.0, 1.0], [0.001, 0.001, 0.010, 0.001]) == 2.0
     assert time_weighted_median([1.0, 3.0, 2.0], [1.0, 1.0, 1.0]) == 2.0  # equal weights: the median
@@ -273,13 +273,13 @@ def test_the_speed_sentinel_reads_the_real_engine_against_the_profile():
     """Each read replays the same requests on the real engine and returns the time-weighted median
     of its steps' measured / predicted seconds: against a profile that predicts a thousand times too
     much, far under 1; against one a million times too little, far over."""
-    from chunklab.experiments.sentinel import SpeedSentinel
-    from chunklab.engine.cost_model import LinearProfile
+    from chunklab.calibration.sentinel import SpeedSentinel
+    from chunklab.engine.cost_models.linear import LinearCostModel
     from chunklab.engine.step_shape import FEATURES
 
     def sentinel(seconds_per_token):
         coef = tuple(seconds_per_token if f == "tokens" else 0.0 for f in FEATURES)
-        return SpeedSentinel(MICRO, EngineConfig(compile=False), LinearProfile(coef, "test", {}, {}), num_requests=6)
+        return SpeedSentinel(MICRO, EngineConfig(compile=False), LinearCostModel(coef), num_requests=6)
 
     slow, fast = sentinel(1.0), sentinel(1e-9)
     a, b = slow.read(), slow.read()
@@ -291,17 +291,17 @@ def test_the_speed_sentinel_reads_the_real_engine_against_the_profile():
 def test_a_sentinel_reading_is_taken_over_the_one_its_calibration_took():
     """Right after a fit the sentinel read 0.94-0.96 here, not 1: its readings are divided by that
     baseline (profile["sentinel"]), 1 for a profile from before it was recorded; none can be 0."""
-    from chunklab.experiments.sentinel import SpeedSentinel, baseline_of
-    from chunklab.engine.cost_model import LinearProfile
+    from chunklab.calibration.sentinel import SpeedSentinel, baseline_of
+    from chunklab.engine.cost_models.linear import LinearCostModel
     from chunklab.engine.step_shape import FEATURES
 
     coef = tuple(1e-6 if f == "tokens" else 0.0 for f in FEATURES)
-    reading = SpeedSentinel(MICRO, EngineConfig(compile=False), LinearProfile(coef, "test", {}, {}), num_requests=6,
+    reading = SpeedSentinel(MICRO, EngineConfig(compile=False), LinearCostModel(coef), num_requests=6,
                             baseline_ratio=4.0).read()
     assert reading.raw_ratio > 0 and reading.ratio == pytest.approx(reading.raw_ratio / 4.0)
     assert baseline_of({"sentinel": {"baseline_ratio": 0.94}}) == 0.94 and baseline_of({}) == 1.0
     with pytest.raises(ValueError, match="baseline_ratio=0"):
-        SpeedSentinel(MICRO, EngineConfig(compile=False), LinearProfile(coef, "test", {}, {}), baseline_ratio=0)
+        SpeedSentinel(MICRO, EngineConfig(compile=False), LinearCostModel(coef), baseline_ratio=0)
 
 
 def test_every_measured_stage_reruns_when_the_machine_changes_and_no_simulated_one_does():

@@ -84,20 +84,17 @@ def test_isolated_latency_interpolates_and_scales_slowdown():
 def test_slowdown_of_an_engine_run_is_over_one():
     # The engine and serving loop as a run drives them, on a simulated clock: with the real engine's
     # wall clock, the isolated runs raced other test workers for the CPU and once read 0.17.
-    from chunklab.engine.clock import SimClock
-    from chunklab.engine.cost_model import LinearProfile
-    from chunklab.engine.engine import LLMEngine
-    from chunklab.engine.serve import serve
-    from chunklab.engine.sim_executor import PlaceholderExecutor
+    from chunklab.engine.build import build_engine
+    from chunklab.engine.cost_models.linear import LinearCostModel
+    from chunklab.engine.replay import replay
     from chunklab.metrics.isolation import IsolatedLatency, with_slowdown
     from helpers import MICRO, requests
 
     reqs = requests(arrival="all_at_once")
     # a profile whose step costs 1 ms a forward plus 10 us a token: deterministic time, never the machine's speed
-    per_token = LinearProfile(tuple({"forwards": 1e-3, "tokens": 1e-5}.get(f, 0.0) for f in FEATURES), "per-token",
-                              {}, {})
-    eng = LLMEngine(MICRO, EngineConfig(), SchedulerConfig(budget=32), SimClock(), PlaceholderExecutor(), per_token)
-    result = serve(eng, reqs)
+    per_token = LinearCostModel(tuple({"forwards": 1e-3, "tokens": 1e-5}.get(f, 0.0) for f in FEATURES))
+    eng = build_engine(MICRO, EngineConfig(executor="simulated"), SchedulerConfig(budget=32), per_token)
+    result = replay(eng, reqs)
     recs = with_slowdown([record(s) for s in result.sequences], IsolatedLatency.measure(eng, reqs))
     s = summarize(recs, result.steps, result.makespan_s, SloConfig())
     assert s["slowdown_p50"] > 1.5  # twelve requests at once: each waits for the others

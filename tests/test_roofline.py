@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from chunklab.config import ConfigError, RooflineEfficiency
-from chunklab.engine.cost_model import cost_model_for
+from chunklab.engine.cost_models import cost_model_for
 from chunklab.engine.kv_pool import kv_bytes_per_block, pool_blocks, weight_bytes
-from chunklab.engine.roofline import RooflineCostModel, elementwise_s, gemm_s, layer_elementwise, layer_gemms
+from chunklab.engine.cost_models.roofline import RooflineCostModel, elementwise_s, gemm_s, layer_elementwise, layer_gemms
 from chunklab.engine.step_shape import FEATURES, Segment, StepShape
 from chunklab.experiments.compose import compose_run_config
 from chunklab.model.sizes import DTYPE_BYTES, num_parameters

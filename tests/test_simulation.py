@@ -13,7 +13,7 @@ from chunklab.app import run_experiment
 from chunklab.calibration.fit import compare, fit_linear
 from chunklab.calibration.shapes import calibration_shapes
 from chunklab.config import ConfigError, EngineConfig, ModelConfig, SchedulerConfig
-from chunklab.engine.cost_model import load_cost_model
+from chunklab.engine.cost_models.linear import load_cost_model
 from chunklab.engine.scheduler import ScheduledChunk, StepPlan
 from chunklab.engine.sequence import Request, Sequence
 from chunklab.engine.step_shape import FEATURES, Segment, StepShape
@@ -54,7 +54,7 @@ class ShapeSpy:
     def __init__(self, mixed_batch):
         self.mixed_batch, self.shapes = mixed_batch, []
 
-    def predict_features(self, features):
+    def predict(self, shape):
         return 1e-3
 
 
@@ -133,12 +133,12 @@ def test_a_scaled_cost_model_is_the_same_run_on_a_slower_clock():
         for key in ("ttft_s", "e2e_s", "tpot_s"):
             assert b[key] == pytest.approx(k * a[key], rel=1e-9) if a[key] is not None else b[key] is None
     assert s2["makespan_s"] == pytest.approx(k * s1["makespan_s"], rel=1e-9)
-    from chunklab.engine.cost_model import cost_model_for
+    from chunklab.engine.cost_models import cost_model_for
 
     plain, _ = cost_model_for(base, required=True)
     slower, _ = cost_model_for(scaled, required=True)
-    assert slower.digest != plain.digest and slower.run_conditions()["step_time_scale"] == "1.3"
-    assert "x1.3" in slower.provenance()
+    assert slower.provenance.digest != plain.provenance.digest
+    assert slower.provenance.conditions["step_time_scale"] == "1.3" and "x1.3" in slower.provenance.phrase
 
 
 def test_a_simulated_run_never_imports_torch(tmp_path):
@@ -200,15 +200,16 @@ def test_a_calibrated_profile_guards_real_runs_and_drives_simulated_ones(tmp_pat
     base = ["model=micro", "tracking=none", "tracking.progress=false", "workload.num_requests=12",
             "workload.classes.0.min_tokens=300", "workload.classes.0.max_tokens=300",
             "workload.min_output_tokens=4", "workload.max_output_tokens=8", "scheduler.budget=64"]
-    cal = calibrate(compose_run_config(base), CalibrationSettings(num_random_shapes=20, rounds=1, burst=2,
-                                                                  replay_requests=4))
+    cfg = compose_run_config(base)
+    cal = calibrate(cfg.model, cfg.engine, CalibrationSettings(num_random_shapes=20, rounds=1, burst=2,
+                                                               replay_requests=4))
     profile = tmp_path / "micro.json"
     profile.write_text(json.dumps(cal.profile))
     real = run_experiment(compose_run_config(base + [f"engine.profile={profile}"]), tmp_path / "real")
     # the speed sentinel's reading right after the fit: later readings are taken over it
     readings = cal.profile["sentinel"]["readings"]
     assert len(readings) == 3 and cal.profile["sentinel"]["baseline_ratio"] == sorted(readings)[1] > 0
-    from chunklab.experiments.sentinel import SpeedSentinel
+    from chunklab.calibration.sentinel import SpeedSentinel
 
     sentinel = SpeedSentinel.for_run(compose_run_config(base + [f"engine.profile={profile}"]))
     assert sentinel.baseline_ratio == cal.profile["sentinel"]["baseline_ratio"]

@@ -14,17 +14,16 @@ import pandas as pd
 from tqdm import tqdm
 
 from chunklab.config import RunConfig
-from chunklab.engine.build import build_engine
-from chunklab.engine.serve import ServeResult, serve
-from chunklab.engine.sim_executor import NOTE as SIMULATED_NOTE
+from chunklab.engine.replay import ReplayResult
+from chunklab.engine.simulated_executor import NOTE as SIMULATED_NOTE
 from chunklab.interrupts import Interrupted, Interrupts
 from chunklab.metrics.conditions import conditions, conditions_line, describe_workload
-from chunklab.metrics.isolation import IsolatedLatency, with_slowdown
-from chunklab.metrics.records import RequestRecord, record
-from chunklab.metrics.summary import noise_guard, summarize
+from chunklab.metrics.records import RequestRecord
+from chunklab.metrics.summary import noise_guard
 from chunklab.model.sizes import kv_cache_bytes, num_parameters
+from chunklab.plots import latency_figure
+from chunklab.runner import execute
 from chunklab.tracking.mlflow_tracker import Tracker, flatten
-from chunklab.workload import make_requests
 
 REQUEST_COLUMNS = ("request_id", "label", "status", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s",
                    "tpot_s", "e2e_s", "queue_s", "max_gap_s", "itl_p99_s", "slowdown", "preemptions",
@@ -44,24 +43,18 @@ class RunOutput:
     summary: dict[str, float]
     conditions: dict[str, str]
     records: list[RequestRecord]
-    result: ServeResult
+    result: ReplayResult
     files: list[Path]
     tags: dict[str, str]  # executor and profile: which kind of numbers these are
 
 
 def run_experiment(cfg: RunConfig, run_dir: Path, should_stop=None) -> RunOutput:
     """should_stop() is polled between steps; a stopped run still writes what it measured."""
-    requests, trace_stats = make_requests(cfg)
-    engine, why_unguarded = build_engine(cfg)
     simulated = cfg.engine.executor == "simulated"
-    engine.warmup()
-    with tqdm(total=len(requests), desc="requests", unit="req", disable=not cfg.tracking.progress or None,
-              leave=False) as bar:
-        result = serve(engine, requests, on_done=bar.update, should_stop=should_stop)
-    records = [record(s) for s in result.sequences]
-    if cfg.slowdown and not result.stopped:
-        records = with_slowdown(records, IsolatedLatency.measure(engine, requests))
-    summary = summarize(records, result.steps, result.makespan_s, cfg.slo, engine.scheduler.num_chunked_prefills)
+    with tqdm(desc="requests", unit="req", disable=not cfg.tracking.progress or None, leave=False) as bar:
+        run = execute(cfg, slowdown=cfg.slowdown, on_requests=bar.reset, on_done=bar.update, should_stop=should_stop)
+    engine, result, records, summary, trace_stats = run.engine, run.result, run.records, run.summary, run.trace_stats
+    why_unguarded = run.why_unguarded
     summary["kv_cache_mb"] = kv_cache_bytes(cfg.model, cfg.engine) / 2**20
     if not simulated:
         summary |= noise_guard(result.steps)  # measured against predicted: the machine's stalls
@@ -69,7 +62,7 @@ def run_experiment(cfg: RunConfig, run_dir: Path, should_stop=None) -> RunOutput
         summary |= {"trace_rows": trace_stats.num_rows, "trace_clipped": trace_stats.num_clipped,
                     "trace_overlong": trace_stats.num_overlong, "trace_reordered": trace_stats.num_reordered}
     cond = conditions(cfg, num_parameters(cfg.model), engine.cost_model, getattr(engine.executor, "forward_path", ""))
-    tags = {"executor": cfg.engine.executor} | (engine.cost_model.tags() if engine.cost_model else {})
+    tags = {"executor": cfg.engine.executor} | (engine.cost_model.provenance.tags if engine.cost_model else {})
     notes = {"executor": cfg.engine.executor,
              "note": SIMULATED_NOTE if simulated else "measured run: real forward passes, real time",
              "noise_guard": "" if simulated else (why_unguarded and f"off: {why_unguarded}") or "on"}
@@ -80,7 +73,7 @@ def run_experiment(cfg: RunConfig, run_dir: Path, should_stop=None) -> RunOutput
     return out
 
 
-def write_files(run_dir: Path, cfg: RunConfig, summary, cond, records, result: ServeResult,
+def write_files(run_dir: Path, cfg: RunConfig, summary, cond, records, result: ReplayResult,
                 notes: dict[str, str]) -> list[Path]:
     run_dir.mkdir(parents=True, exist_ok=True)
     paths = [run_dir / "summary.json", run_dir / "requests.csv", run_dir / "steps.csv", run_dir / "latency.png"]
@@ -90,8 +83,6 @@ def write_files(run_dir: Path, cfg: RunConfig, summary, cond, records, result: S
     rows = [{k: getattr(r, k) for k in REQUEST_COLUMNS} for r in records]
     pd.DataFrame(rows, columns=REQUEST_COLUMNS).to_csv(paths[1], index=False)
     result.steps.write_csv(paths[2])
-    from chunklab.plots import latency_figure  # matplotlib: loaded when a run has something to draw
-
     kind = "simulated" if cfg.engine.executor == "simulated" else "measured"
     latency_figure(records, f"{cfg.workload.name}, budget {cfg.scheduler.budget} ({kind})", paths[3])
     return paths

@@ -9,11 +9,14 @@ import time
 import torch
 
 from chunklab.config import EngineConfig, ModelConfig, SchedulerConfig
-from chunklab.engine.clock import ReplayClock
+from chunklab.engine.build import build_engine
 from chunklab.engine.engine import LLMEngine
+from chunklab.engine.replay import replay
 from chunklab.engine.sequence import Request
-from chunklab.engine.serve import serve
-from chunklab.model.linear_library import linear_shapes, onednn_linear, pack
+from chunklab.model.hf_export import to_llama
+from chunklab.model.linear_plan import linear_shapes, onednn_linear, pack
+from chunklab.model.native import PREFILL_ATTENTION, NativeUnavailable, load_extension
+from chunklab.model.sizes import DTYPE_BYTES, kv_bytes_per_token, num_parameters
 from chunklab.model.tiny_gpt import TinyGPT
 from chunklab.workload.synthetic import prompt_ids
 
@@ -53,8 +56,6 @@ def gemm_fn(library: str, x: torch.Tensor, w: torch.Tensor):
     if library == "mkl":
         return lambda: torch.nn.functional.linear(x, w)
     if library == "panels":
-        from chunklab.model.native import load_extension
-
         ext = load_extension()
         panels = ext.pack_panels(w.t().contiguous())
         return lambda: ext.panel_linear(x, panels, w.shape[0])
@@ -70,8 +71,6 @@ def gemm_shapes(m: ModelConfig, rows: int) -> list[tuple[int, int, int]]:
 def gemm_peaks(m: ModelConfig, rows: int) -> dict[str, float]:
     """Per library, its best rate over gemm_shapes: the machine's fp32 GEMM peak through it
     (panels only where the fused forward is built)."""
-    from chunklab.model.native import NativeUnavailable, load_extension
-
     try:
         load_extension()
         libraries = GEMM_LIBRARIES
@@ -96,8 +95,6 @@ ATTENTIONS = ("paged", "sdpa", "naive")
 def set_attention(executor, impl: str) -> None:
     """Points an engine's ModelRunner at one of ATTENTIONS for its next steps. naive runs on the
     eager path only (its engine built with model.attention=naive); paged and sdpa on either."""
-    from chunklab.model.native import PREFILL_ATTENTION
-
     if impl not in ATTENTIONS:
         raise ValueError(f"attention {impl!r}: expected one of {', '.join(ATTENTIONS)}")
     if (impl == "naive") != (executor.fused is None):
@@ -108,7 +105,8 @@ def set_attention(executor, impl: str) -> None:
 
 
 def make_engine(model: ModelConfig, engine: EngineConfig, **sched) -> LLMEngine:
-    return LLMEngine(model, engine, SchedulerConfig(**sched), ReplayClock())
+    """A real engine on a replay clock with these scheduler settings."""
+    return build_engine(model, dataclasses.replace(engine, executor="torch", clock="replay"), SchedulerConfig(**sched))
 
 
 def prefill_split(model: ModelConfig, configs: list[tuple[str, int]], prompt_tokens: int,
@@ -130,9 +128,9 @@ def prefill_split(model: ModelConfig, configs: list[tuple[str, int]], prompt_tok
         for impl, chunk in configs:
             engine = engines[impl == "naive"]
             set_attention(engine.executor, impl)
-            engine.scheduler.cfg = dataclasses.replace(engine.scheduler.cfg, budget=chunk)
+            engine.scheduler.reconfigure(dataclasses.replace(engine.scheduler.config, budget=chunk))
             t0 = time.perf_counter()
-            serve(engine, [req])
+            replay(engine, [req])
             if round_ > 0:  # round 0 is the warm-up
                 times[(impl, chunk)].append(time.perf_counter() - t0)
     return times
@@ -143,7 +141,7 @@ def decode_step_s(model: ModelConfig, engine_cfg: EngineConfig, batch: int, cont
     engine = make_engine(model, engine_cfg, budget=batch * context + batch, max_num_seqs=batch,
                          max_partial_prefills=batch)
     reqs = [Request(i, 0.0, prompt_ids(1, i, context, 256), repeats + 2) for i in range(batch)]
-    result = serve(engine, reqs)
+    result = replay(engine, reqs)
     steps = [s.duration_s for s in result.steps if s.num_prefill_tokens == 0 and s.num_decode_tokens == batch]
     return steps[1:]  # the first decode step pays one-off allocations
 
@@ -151,14 +149,12 @@ def decode_step_s(model: ModelConfig, engine_cfg: EngineConfig, batch: int, cont
 def step_overhead_s(model: ModelConfig, engine_cfg: EngineConfig, repeats: int) -> list[float]:
     """Durations of steps with one decode token at tiny context."""
     engine = make_engine(model, engine_cfg, budget=8)
-    result = serve(engine, [Request(0, 0.0, (1, 2), repeats + 2)])
+    result = replay(engine, [Request(0, 0.0, (1, 2), repeats + 2)])
     return list(result.steps.columns["duration_s"][2:])
 
 
 def median_ms(xs: list[float]) -> float:
     return 1e3 * statistics.median(xs)
-
-
 
 
 def memory_bandwidth_gbs(num_bytes: int = 512 * 2**20, repeats: int = 10) -> float:
@@ -167,11 +163,10 @@ def memory_bandwidth_gbs(num_bytes: int = 512 * 2**20, repeats: int = 10) -> flo
     return num_bytes / min(timed(lambda: x.sum(), repeats, warmup=2)) / 1e9
 
 
-def decode_bytes(model: ModelConfig, batch: int, context: int, dtype_bytes: int = 4) -> tuple[int, int]:
+def decode_bytes(model: ModelConfig, batch: int, context: int) -> tuple[int, int]:
     """(weight bytes, KV bytes) one decode step must read at least once."""
-    weights = TinyGPT(model).num_parameters() * dtype_bytes
-    kv = batch * context * model.num_layers * 2 * model.num_kv_heads * model.head_dim * dtype_bytes
-    return weights, kv
+    weights = num_parameters(model) * DTYPE_BYTES[model.dtype]
+    return weights, batch * context * kv_bytes_per_token(model)
 
 
 def overhead_by_finished(model: ModelConfig, engine_cfg: EngineConfig, num_requests: int) -> tuple[float, float]:
@@ -179,7 +174,7 @@ def overhead_by_finished(model: ModelConfig, engine_cfg: EngineConfig, num_reque
     tiny requests served one after another: flat if nothing grows with history."""
     engine = make_engine(model, engine_cfg, budget=8)
     reqs = [Request(i, float(i), (1, 2), 2) for i in range(num_requests)]
-    steps = list(serve(engine, reqs).steps)
+    steps = list(replay(engine, reqs).steps)
     tenth = len(steps) // 10
     return statistics.median(s.duration_s for s in steps[:tenth]), statistics.median(s.duration_s for s in steps[-tenth:])
 
@@ -194,14 +189,12 @@ def engine_batch_tokens_per_s(model: ModelConfig, engine_cfg: EngineConfig, prom
     engine.warmup()
     reqs = [Request(i, 0.0, p, new_tokens) for i, p in enumerate(prompts)]
     t0 = time.perf_counter()
-    serve(engine, reqs)
+    replay(engine, reqs)
     return len(prompts) * new_tokens / (time.perf_counter() - t0)
 
 
 def hf_generate_tokens_per_s(model: ModelConfig, prompts, new_tokens: int) -> float:
     """transformers' LlamaForCausalLM.generate on the same weights, one static batch, greedy."""
-    from chunklab.model.hf_export import to_llama
-
     llama = to_llama(TinyGPT.from_seed(model, model.seed))
     ids = torch.tensor([list(p) for p in prompts])
     kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,

@@ -138,7 +138,7 @@ class TrackingConfig:
 
 @dataclass(frozen=True)
 class RooflineEfficiency:
-    """What share of the spec sheet a device reaches, per kind of work (engine/roofline.py).
+    """What share of the spec sheet a device reaches, per kind of work (engine/cost_models/roofline.py).
     Each hardware preset says where its numbers come from (`source`)."""
     gemm_max: float = 0.0  # of peak FLOP/s, reached by GEMMs with many rows
     gemm_half_rows: float = 0.0  # rows at which a GEMM reaches half of gemm_max
@@ -170,7 +170,7 @@ class HardwareConfig:
     efficiency: RooflineEfficiency = field(default_factory=RooflineEfficiency)
     # Every predicted step's seconds times this: the device running this much slower than its
     # cost model says (the fidelity stage sets each simulated repeat's from a speed sentinel read
-    # beside the measured one, experiments/sentinel.py). 1: the cost model as it is.
+    # beside the measured one, calibration/sentinel.py). 1: the cost model as it is.
     step_time_scale: float = 1.0
 
 

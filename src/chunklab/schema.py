@@ -40,7 +40,8 @@ def register() -> None:
 
 
 def to_run_config(cfg: DictConfig) -> RunConfig:
-    """The composed config as the typed, validated RunConfig."""
+    """The composed config as the typed, validated RunConfig (experiments/prepare.py then makes it
+    concrete for this machine)."""
     unknown = _unknown_keys(cfg)
     if unknown:  # `+key=value` forces a key past the schema
         raise ConfigError(f"{unknown[0]}: unknown key: not in the schema ({SCHEMA_NAME})")
@@ -50,10 +51,7 @@ def to_run_config(cfg: DictConfig) -> RunConfig:
         raise ConfigError(error_line(err)) from None
     run_cfg = with_project_paths(run_cfg)
     validate(run_cfg)
-    from chunklab.engine.kv_pool import resolve_kv_pool
-    from chunklab.experiments.load import resolve_load  # simulates (once per workload and profile)
-
-    return resolve_load(resolve_kv_pool(run_cfg))
+    return run_cfg
 
 
 def with_project_paths(cfg: RunConfig) -> RunConfig:

@@ -16,6 +16,7 @@ from functools import cache
 from pathlib import Path
 
 from chunklab.config import EngineConfig, ModelConfig
+from chunklab.engine.cost_models.linear import applies_to
 from chunklab.metrics.conditions import cpu_model
 
 SRC = Path(__file__).resolve().parents[1]
@@ -23,18 +24,6 @@ SRC = Path(__file__).resolve().parents[1]
 COMPUTE_SOURCES = ("model", "calibration", "engine/model_runner.py", "engine/engine.py", "engine/scheduler.py",
                    "engine/block_manager.py", "engine/sequence.py", "engine/step_shape.py")
 MACHINE_KEYS = ("cpu_model", "cpu_logical_cores", "torch_threads", "torch_version", "device", "forward_path")
-
-
-@cache
-def default_threads() -> int:
-    """torch's intra-op threads before anything set them (engine.threads=0 keeps this)."""
-    import torch
-
-    return torch.get_num_threads()
-
-
-def torch_threads(engine: EngineConfig) -> int:
-    return engine.threads if engine.threads > 0 else default_threads()
 
 
 @cache
@@ -54,6 +43,8 @@ def machine_identity() -> dict:
     on one machine across runs and checkouts, different on any machine whose timings may differ."""
     import torch
 
+    from chunklab.engine.model_runner import default_threads  # optional: torch
+
     return {"cpu_model": cpu_model(), "cpu_arch": platform.machine(), "cpu_logical_cores": os.cpu_count(),
             "torch_version": torch.__version__, "torch_threads": default_threads()}
 
@@ -62,8 +53,7 @@ def fingerprint(model: ModelConfig, engine: EngineConfig) -> dict:
     """This machine and software for a run of this model and engine (imports torch)."""
     import torch
 
-    from chunklab.engine.cost_model import applies_to
-    from chunklab.engine.model_runner import planned_forward_path
+    from chunklab.engine.model_runner import planned_forward_path, torch_threads  # optional: torch
 
     return {"cpu_model": cpu_model(), "cpu_logical_cores": os.cpu_count(), "torch_threads": torch_threads(engine),
             "torch_version": torch.__version__, "device": engine.device,

@@ -15,10 +15,12 @@ import os
 import sys
 from pathlib import Path
 
+from chunklab.calibration.fingerprint import describe, differences, fingerprint, fingerprint_id
+from chunklab.calibration.profile import CalibrationSettings, calibrate
 from chunklab.config import EngineConfig, ModelConfig, RunConfig
+from chunklab.engine.cost_models.linear import AUTO, PROFILE_FORMAT, applies_to, profile_path
 from chunklab.paths import in_project
 
-AUTO = "auto"
 CACHE_ENV = "CHUNKLAB_PROFILE_CACHE"
 CACHE_DIR = Path(".cache") / "profiles"  # in the project directory (chunklab.paths)
 # smoke: a few shapes and requests, for tests of the path (never as good as a real profile; its
@@ -32,8 +34,6 @@ def cache_dir() -> Path:
 
 
 def machine_profile_path(model: ModelConfig, engine: EngineConfig) -> Path:
-    from chunklab.calibration.fingerprint import fingerprint, fingerprint_id
-
     kind = os.environ.get(SETTINGS_ENV, "")
     suffix = f"-{kind}" if kind else ""
     return cache_dir() / f"{model.name}-{fingerprint_id(fingerprint(model, engine))}{suffix}.json"
@@ -44,16 +44,21 @@ def ensure_machine_profile(model: ModelConfig, engine: EngineConfig) -> Path:
     path = machine_profile_path(model, engine)
     if path.is_file():
         return path
-    from chunklab.calibration.fingerprint import describe, fingerprint
-    from chunklab.calibration.profile import CalibrationSettings, calibrate
-
     settings = CalibrationSettings.smoke() if os.environ.get(SETTINGS_ENV) == "smoke" else CalibrationSettings()
     print(f"chunklab: engine.profile=auto: no profile of this machine for {model.name} "
           f"({describe(fingerprint(model, engine))}) in {path.parent}: calibrating it now (once; about three "
           "minutes for TinyGPT on 2 cores)", file=sys.stderr)
-    cfg = RunConfig(model=model, engine=dataclasses.replace(engine, profile=AUTO))
-    write_profile(calibrate(cfg, settings, show_progress=None).profile, path)
+    write_profile(calibrate(model, engine, settings, show_progress=None).profile, path)
     return path
+
+
+def resolve_profile(cfg: RunConfig) -> RunConfig:
+    """engine.profile=auto as the path of this machine's profile (calibrated now if there is none),
+    where the run's cost model reads a profile; any other value as given."""
+    if cfg.engine.profile != AUTO or cfg.hardware.cost_model != "profile":
+        return cfg
+    path = ensure_machine_profile(cfg.model, cfg.engine)
+    return dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, profile=str(path)))
 
 
 def write_profile(doc: dict, path: Path) -> None:
@@ -66,12 +71,9 @@ def write_profile(doc: dict, path: Path) -> None:
 
 def warn_if_another_machine(cfg: RunConfig) -> None:
     """One line when a measured run is given a profile of another machine (or engine build)."""
-    from chunklab.calibration.fingerprint import describe, differences, fingerprint
-    from chunklab.engine.cost_model import PROFILE_FORMAT, applies_to, profile_path
-
-    if cfg.engine.profile == AUTO:
-        return
-    path = profile_path(cfg.model, cfg.engine)
+    path = profile_path(cfg.engine)
+    if path.parent == cache_dir():
+        return  # this machine's (engine.profile=auto)
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):

@@ -1,19 +1,17 @@
 """Times real engine steps of chosen shapes.
 
-The probe puts sequences into the engine's scheduler in exactly the state in
-which its next schedule() plans the wanted shape, then times engine.step():
+The probe stages sequences in the engine's scheduler (Scheduler.stage) in exactly the state
+in which its next schedule() plans the wanted shape, then times engine.step():
 the same schedule + forward + postprocess a serving run times. KV contents are
 whatever the pool holds: step time depends on shapes, not values.
 """
 from __future__ import annotations
 
-import dataclasses
 import statistics
 
 from chunklab.config import EngineConfig, ModelConfig, SchedulerConfig
-from chunklab.engine.clock import ReplayClock
-from chunklab.engine.engine import LLMEngine
-from chunklab.engine.sequence import Request, Sequence
+from chunklab.engine.build import build_engine
+from chunklab.engine.sequence import Request
 from chunklab.engine.step_shape import StepShape
 
 FILLER_TOKEN = 7
@@ -23,7 +21,8 @@ LEAD_IN_STEPS = 2  # decode steps the rows of a timed step run just before it
 
 class ShapeProbe:
     def __init__(self, model: ModelConfig, engine: EngineConfig):
-        self.engine = LLMEngine(model, engine, SchedulerConfig(), ReplayClock())
+        """engine: calibration's own (profile.calibration_engine), never a run's pool or scheduler."""
+        self.engine = build_engine(model, engine, SchedulerConfig())
         self.engine.warmup()
         self._next_id = 0
 
@@ -37,7 +36,6 @@ class ShapeProbe:
         the fused engine's decode steps in serving ran 16% under the profile's predictions;
         after one lead-in step on the same sequences, 4.6 ms.) With no decode rows the
         lead-in is the shape itself on other sequences."""
-        self.engine.executor.mixed_batch = shape.mixed_batch
         if shape.decode_ctx_lens:
             back = LEAD_IN_STEPS if min(shape.decode_ctx_lens) > LEAD_IN_STEPS else 0
             self._stage(StepShape(tuple(c - back for c in shape.decode_ctx_lens), (), shape.mixed_batch))
@@ -57,33 +55,25 @@ class ShapeProbe:
         return record.duration_s
 
     def _stage(self, shape: StepShape, num_decodes: int = 0) -> None:
-        """Adds the shape's sequences to those running (num_decodes of them already decoding)."""
-        sched = self.engine.scheduler
+        """Adds the shape's sequences to those running (num_decodes of them already decoding), with a
+        budget and limits under which the next step plans exactly them."""
         num_seqs = num_decodes + len(shape.decode_ctx_lens) + len(shape.segments)
-        sched.cfg = SchedulerConfig(budget=num_decodes + shape.num_tokens, max_num_seqs=num_seqs,
-                                    max_partial_prefills=num_seqs)
-        for ctx in shape.decode_ctx_lens:
-            seq = self._cached_sequence(ctx - 1, ctx - 1, NEVER_ENDS)
-            seq.append_token(FILLER_TOKEN, 0.0)  # now DECODING the token at position ctx - 1
-            sched.running.append(seq)
+        self.engine.reconfigure(SchedulerConfig(budget=num_decodes + shape.num_tokens, max_num_seqs=num_seqs,
+                                                max_partial_prefills=num_seqs), shape.mixed_batch)
+        sched = self.engine.scheduler
+        for ctx in shape.decode_ctx_lens:  # DECODING the token at position ctx - 1
+            sched.stage(self._request(ctx - 1, NEVER_ENDS), ctx - 1, decoding=True, token_id=FILLER_TOKEN)
         for seg in shape.segments:
             prompt = seg.num_cached + seg.num_tokens + (0 if seg.samples else 1)
-            sched.running.append(self._cached_sequence(prompt, seg.num_cached, 2))
+            sched.stage(self._request(prompt, 2), seg.num_cached)
 
-    def _cached_sequence(self, num_prompt: int, num_cached: int, max_output: int) -> Sequence:
+    def _request(self, num_prompt: int, max_output: int) -> Request:
         self._next_id += 1
-        seq = Sequence(Request(self._next_id, 0.0, (FILLER_TOKEN,) * num_prompt, max_output))
-        self.engine.block_manager.allocate(seq, num_cached)
-        seq.num_computed_tokens = num_cached
-        seq.start_prefill()
-        return seq
+        return Request(self._next_id, 0.0, (FILLER_TOKEN,) * num_prompt, max_output)
 
     def _clear(self) -> None:
-        sched = self.engine.scheduler
-        for seq in sched.running:
-            self.engine.block_manager.free(seq)
-        sched.running.clear()
-        assert not sched.waiting and self.engine.block_manager.num_used_blocks == 0
+        self.engine.scheduler.release_all()
+        assert self.engine.block_manager.num_used_blocks == 0
 
 
 def profile_shapes(model: ModelConfig, engine: EngineConfig, shapes: list[StepShape],
@@ -96,7 +86,7 @@ def profile_shapes(model: ModelConfig, engine: EngineConfig, shapes: list[StepSh
     each round times burst - 1 steps per shape, and rounds interleave every shape, so
     slow drift of a shared machine spreads over all of them.
     """
-    probe = ShapeProbe(model, dataclasses.replace(engine, executor="torch"))
+    probe = ShapeProbe(model, engine)
     for shape in shapes[:5]:  # first calls of each kernel size pay one-off costs
         probe.time_step(shape)
     times: list[list[float]] = [[] for _ in shapes]

@@ -19,10 +19,11 @@ from chunklab.calibration.fingerprint import describe, fingerprint, fingerprint_
 from chunklab.calibration.fit import (FitResult, compare, fit_linear, fit_probe_and_serving, refit_all, rel_errors,
                                       split)
 from chunklab.calibration.probe import profile_shapes
-from chunklab.calibration.serving import REPLAYS, ServingSteps, serving_steps
+from chunklab.calibration.sentinel import SpeedSentinel
+from chunklab.calibration.serving import REPLAYS, ServingSteps, replay_workload, serving_steps
 from chunklab.calibration.shapes import calibration_shapes
-from chunklab.config import RunConfig
-from chunklab.engine.cost_model import PROFILE_FORMAT, LinearProfile, applies_to
+from chunklab.config import EngineConfig, ModelConfig, RunConfig, SchedulerConfig
+from chunklab.engine.cost_models.linear import PROFILE_FORMAT, LinearCostModel, applies_to
 from chunklab.engine.step_shape import FEATURES, StepShape
 from chunklab.metrics.conditions import conditions
 from chunklab.model.sizes import num_parameters
@@ -31,7 +32,13 @@ CONDITION_KEYS = ("cpu_model", "cpu_arch", "cpu_logical_cores", "memory_gb", "de
                   "torch_threads", "python", "os", "model", "model_params", "dtype", "git_commit", "git_dirty",
                   "measured_at", "forward_path")
 HELD_OUT_REPLAYS = (1, 3, 5)  # fit on the other replays, score on these (serving.REPLAYS: one of each kind)
-SENTINEL_BASELINE_READS = 3  # their median is the profile's sentinel baseline (experiments/sentinel.py)
+SENTINEL_BASELINE_READS = 3  # their median is the profile's sentinel baseline (calibration/sentinel.py)
+# Decode rows of the largest probe shapes: the default scheduler's limit on running sequences, whatever
+# a run asks for (a profile is the machine's, not one run's).
+MAX_DECODE_ROWS = SchedulerConfig().max_num_seqs
+# The compute path a profile is measured on: copied from the run's engine; everything else
+# (pool size, clock, batching, sampling) is calibration's own.
+COMPUTE_PATH_KEYS = ("device", "threads", "compile", "linear_library", "prefill_attention", "block_size")
 
 
 @dataclass(frozen=True)
@@ -60,11 +67,29 @@ class Calibration:
     profile: dict  # the document a CostModel reads
 
 
-def calibrate(cfg: RunConfig, s: CalibrationSettings, show_progress: bool | None = False) -> Calibration:
-    """show_progress None: a progress bar on a terminal only (tqdm's rule). Always measures the real
-    engine, whoever asks: a simulated run's capacity search (workload.load) needs this machine's profile too."""
-    cfg = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, executor="torch"))
-    shapes = calibration_shapes(s.seed, s.num_random_shapes, cfg.scheduler.max_num_seqs, cfg.model.max_seq_len)
+def calibration_engine(model: ModelConfig, engine: EngineConfig, shapes: list[StepShape]) -> EngineConfig:
+    """The engine calibration measures: the run's compute path (COMPUTE_PATH_KEYS) on a real executor
+    and replay clock, with a KV pool that holds the largest probe shape and a full batch of the
+    serving replays' longest requests, whatever pool the run itself asked for."""
+    path = {k: getattr(engine, k) for k in COMPUTE_PATH_KEYS}
+
+    def blocks(tokens: int) -> int:
+        return -(-tokens // engine.block_size)
+
+    largest_shape = max((sum(blocks(c) for c in sh.decode_ctx_lens)
+                         + sum(blocks(g.num_cached + g.num_tokens) for g in sh.segments) for sh in shapes), default=0)
+    w = replay_workload(model, 1, 1.0, 0)
+    longest_request = max(c.max_tokens for c in w.classes) + w.max_output_tokens
+    num_blocks = max(EngineConfig().num_blocks, largest_shape, MAX_DECODE_ROWS * blocks(longest_request))
+    return EngineConfig(executor="torch", profile=engine.profile, clock="replay", num_blocks=num_blocks, **path)
+
+
+def calibrate(model: ModelConfig, engine: EngineConfig, s: CalibrationSettings,
+              show_progress: bool | None = False) -> Calibration:
+    """Profiles this machine's engine for `model` on `engine`'s compute path (never the run's pool or
+    scheduler settings). show_progress None: a progress bar on a terminal only (tqdm's rule)."""
+    shapes = calibration_shapes(s.seed, s.num_random_shapes, MAX_DECODE_ROWS, model.max_seq_len)
+    cfg = RunConfig(model=model, engine=calibration_engine(model, engine, shapes))
     total = s.rounds * len(shapes) + len(REPLAYS) * s.replay_requests
     with tqdm(total=total, desc="calibrating", unit="step", disable=not show_progress, leave=False) as bar:
         t0 = time.perf_counter()
@@ -108,10 +133,8 @@ def calibrate(cfg: RunConfig, s: CalibrationSettings, show_progress: bool | None
 
 def sentinel_baseline(cfg: RunConfig, profile: dict) -> dict:
     """What the speed sentinel reads against this profile on the machine as just calibrated: later
-    readings are taken over it (experiments/sentinel.py says why it is not 1)."""
-    from chunklab.experiments.sentinel import SpeedSentinel  # it replays calibration's own kind of serving
-
-    sentinel = SpeedSentinel(cfg.model, cfg.engine, LinearProfile.from_profile(profile))
+    readings are taken over it (calibration/sentinel.py says why it is not 1)."""
+    sentinel = SpeedSentinel(cfg.model, cfg.engine, LinearCostModel.from_profile(profile))
     readings = [sentinel.read().raw_ratio for _ in range(SENTINEL_BASELINE_READS)]
     return {"baseline_ratio": statistics.median(readings), "readings": readings, "num_requests": sentinel.num_requests,
             "statistic": f"median of {SENTINEL_BASELINE_READS} readings right after the fit"}

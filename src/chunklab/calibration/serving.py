@@ -10,15 +10,13 @@ in bursts that keep every batch full.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from chunklab.config import EngineConfig, LengthClass, ModelConfig, SchedulerConfig, WorkloadConfig
-from chunklab.engine.clock import ReplayClock
-from chunklab.engine.engine import LLMEngine
-from chunklab.engine.serve import serve
+from chunklab.engine.build import build_engine
+from chunklab.engine.replay import replay
 from chunklab.engine.step_shape import FEATURES
 from chunklab.workload.synthetic import synthetic_requests
 
@@ -54,18 +52,18 @@ def replay_workload(model: ModelConfig, num_requests: int, rate_per_s: float, se
 
 def serving_steps(model: ModelConfig, engine: EngineConfig, num_requests: int,
                   on_step=None) -> ServingSteps:
-    """Every step of each replay in REPLAYS on the real engine, with its features."""
-    engine = dataclasses.replace(engine, executor="torch")
+    """Every step of each replay in REPLAYS on the real engine (engine: calibration's own, a torch
+    executor on a replay clock), with its features."""
     runner = None
-    feats, durations, replay = [], [], []
+    feats, durations, replays = [], [], []
     for i, (budget, rate) in enumerate(REPLAYS):
-        eng = LLMEngine(model, engine, SchedulerConfig(budget=budget), ReplayClock(), runner, log_features=True)
+        eng = build_engine(model, engine, SchedulerConfig(budget=budget), executor=runner)
         runner = eng.executor  # one model and KV pool for every replay
         eng.warmup()
         requests = synthetic_requests(replay_workload(model, num_requests, rate, REPLAY_SEED + i), model.vocab_size)
-        result = serve(eng, requests, on_done=on_step)
+        result = replay(eng, requests, on_done=on_step)
         cols = result.steps.arrays()
         feats.append(np.stack([cols["f_" + name] for name in FEATURES], axis=1))
         durations.append(cols["duration_s"].copy())
-        replay.append(np.full(len(result.steps), i))
-    return ServingSteps(np.concatenate(feats), np.concatenate(durations), np.concatenate(replay))
+        replays.append(np.full(len(result.steps), i))
+    return ServingSteps(np.concatenate(feats), np.concatenate(durations), np.concatenate(replays))

@@ -16,7 +16,7 @@ from scipy.optimize import least_squares
 
 from chunklab.calibration.fit import fit_linear
 from chunklab.config import HardwareConfig, ModelConfig, RooflineEfficiency
-from chunklab.engine.roofline import RooflineCostModel
+from chunklab.engine.cost_models.roofline import RooflineCostModel
 from chunklab.engine.step_shape import FEATURES
 
 SHAPES_CSV = Path("outputs/profiles/cpu_shapes.csv")

@@ -1,7 +1,7 @@
 """The roofline's GEMM and elementwise efficiencies for H100, fit on Vidur's measured operator
 times of Llama-2-7B (data/profiles/vidur/, MIT; tensor-parallel degree 1).
 
-Each operator is priced with engine/roofline.py's own formulas (gemm_s, elementwise_s) for the
+Each operator is priced with engine/cost_models/roofline.py's own formulas (gemm_s, elementwise_s) for the
 composed model and hardware presets; the efficiencies are fit by least squares on log(predicted /
 measured) over part of the token counts, and scored on the rest (every third count, held out):
 the GEMMs per operator; the elementwise kernels on their sum per layer (what a step pays; one
@@ -18,7 +18,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from chunklab.config import HardwareConfig, ModelConfig
-from chunklab.engine.roofline import elementwise_s, gemm_s, layer_elementwise, layer_gemms
+from chunklab.engine.cost_models.roofline import elementwise_s, gemm_s, layer_elementwise, layer_gemms
 from chunklab.model.sizes import DTYPE_BYTES
 
 VIDUR_CSV = Path("data/profiles/vidur/h100_llama-2-7b-hf_mlp.csv")

@@ -1,29 +1,63 @@
-"""Builds the engine a run config asks for: the executor, its clock and the cost model."""
+"""Builds every engine the project runs: runs, benchmarks, calibration and the speed sentinel.
+
+engine.executor chooses the executor and the clock that go together (EXECUTORS):
+- torch: the real forward pass (engine/model_runner.py), timed by a wall or replay clock
+  (engine.clock); its steps log their shapes, data a cost model can be fit on;
+- simulated: no forward pass (engine/simulated_executor.py), a virtual clock moved by the cost
+  model's prediction of each step.
+The cost model is built by the caller (engine/cost_models: cost_model_for) and passed in: the
+engine only asks it to predict.
+"""
 from __future__ import annotations
 
-from chunklab.config import RunConfig
+from dataclasses import dataclass
+from typing import Callable
+
+from chunklab.config import ConfigError, EngineConfig, ModelConfig, SchedulerConfig
 from chunklab.engine.clock import SimClock, make_clock
-from chunklab.engine.cost_model import cost_model_for
-from chunklab.engine.engine import LLMEngine
-from chunklab.engine.sim_executor import PlaceholderExecutor
+from chunklab.engine.cost_models import CostModel
+from chunklab.engine.engine import Clock, Executor, LLMEngine
+from chunklab.engine.simulated_executor import SimulatedExecutor
 
 
-def build_engine(cfg: RunConfig) -> tuple[LLMEngine, str]:
-    """The engine, and why no profile guards it (empty when one does, or when simulated).
+def _torch_runner(model: ModelConfig, engine: EngineConfig) -> Executor:
+    from chunklab.engine.model_runner import ModelRunner  # optional: torch, for the real executor only
 
-    A measured run's profile (engine.profile=auto: this machine's, calibrated on first use)
-    predicts each step for the noise guard; a simulated run's cost model (hardware.cost_model:
-    the profile, or the roofline of a spec sheet) is its clock."""
-    if cfg.engine.executor == "simulated":
-        cost_model, _ = cost_model_for(cfg, required=True)
-        return LLMEngine(cfg.model, cfg.engine, cfg.scheduler, SimClock(), PlaceholderExecutor(), cost_model), ""
-    from chunklab.calibration.machine import warn_if_another_machine
-    from chunklab.engine.model_runner import ModelRunner  # torch: only for the real executor
+    return ModelRunner(model, engine)
 
-    runner = ModelRunner(cfg.model, cfg.engine)  # first: a device that is not here fails before calibrating
-    warn_if_another_machine(cfg)
-    cost_model, why_none = cost_model_for(cfg, required=False)
-    engine = LLMEngine(cfg.model, cfg.engine, cfg.scheduler, make_clock(cfg.engine.clock), runner, cost_model,
-                       log_features=True)  # a measured run's steps.csv: data to fit cost models on
-    return engine, why_none
 
+@dataclass(frozen=True)
+class ExecutorKind:
+    make: Callable[[ModelConfig, EngineConfig], Executor]
+    clock: Callable[[EngineConfig], Clock]
+    # True: real forward passes in real time; every step's shape goes in its record (a measured
+    # run's steps.csv). False: the cost model is its clock, and it must have one.
+    measured: bool
+
+
+EXECUTORS = {
+    "torch": ExecutorKind(_torch_runner, lambda e: make_clock(e.clock), measured=True),
+    "simulated": ExecutorKind(lambda m, e: SimulatedExecutor(), lambda e: SimClock(), measured=False),
+}
+
+
+def make_executor(model: ModelConfig, engine: EngineConfig) -> Executor:
+    """The executor engine.executor names (torch: the model and its KV pool, built once; pass it
+    to build_engine to share them between engines)."""
+    return executor_kind(engine).make(model, engine)
+
+
+def build_engine(model: ModelConfig, engine: EngineConfig, scheduler: SchedulerConfig,
+                 cost_model: CostModel | None = None, executor: Executor | None = None) -> LLMEngine:
+    """A fresh scheduler and block manager over `executor` (default: a new one of engine.executor)."""
+    kind = executor_kind(engine)
+    if cost_model is None and not kind.measured:
+        raise ConfigError(f"engine.executor={engine.executor} needs a cost model: it is the run's clock")
+    executor = executor if executor is not None else kind.make(model, engine)
+    return LLMEngine(model, engine, scheduler, kind.clock(engine), executor, cost_model, log_features=kind.measured)
+
+
+def executor_kind(engine: EngineConfig) -> ExecutorKind:
+    if engine.executor not in EXECUTORS:
+        raise ConfigError(f"engine.executor={engine.executor!r}: must be one of {', '.join(EXECUTORS)}")
+    return EXECUTORS[engine.executor]

@@ -12,15 +12,16 @@ from typing import Protocol
 
 from chunklab.config import EngineConfig, ModelConfig, SchedulerConfig
 from chunklab.engine.block_manager import BlockManager
-from chunklab.engine.cost_model import CostModel
+from chunklab.engine.cost_models import CostModel
 from chunklab.engine.scheduler import Scheduler, StepPlan
 from chunklab.engine.sequence import Request, Sequence
 from chunklab.engine.step_shape import StepShape
 
 
 class Executor(Protocol):
-    def run(self, plan: StepPlan) -> dict[int, int]:
-        """Executes the plan; returns seq_id -> sampled token for each sequence that samples."""
+    def run(self, plan: StepPlan, mixed_batch: bool) -> dict[int, int]:
+        """Executes the plan (mixed_batch: in one forward pass, else decodes, then one pass per
+        chunk); returns seq_id -> sampled token for each sequence that samples."""
 
 
 class Clock(Protocol):
@@ -47,17 +48,13 @@ class StepRecord:
 
 class LLMEngine:
     def __init__(self, model_cfg: ModelConfig, engine_cfg: EngineConfig, sched_cfg: SchedulerConfig,
-                 clock: Clock, executor: Executor | None = None, cost_model: CostModel | None = None,
+                 clock: Clock, executor: Executor, cost_model: CostModel | None = None,
                  log_features: bool = False):
-        """log_features: every StepRecord carries its shape's FEATURES (a measured run's steps
-        become data a cost model can be fit on; a simulated run needs none of it)."""
+        """Built by engine/build.py. log_features: every StepRecord carries its shape's FEATURES (a
+        measured run's steps become data a cost model can be fit on; a simulated run needs none)."""
         self.max_seq_len = model_cfg.max_seq_len
         self.block_manager = BlockManager(engine_cfg.num_blocks, engine_cfg.block_size)
         self.scheduler = Scheduler(sched_cfg, self.block_manager)
-        if executor is None:
-            from chunklab.engine.model_runner import ModelRunner  # torch: only for the real executor
-
-            executor = ModelRunner(model_cfg, engine_cfg)
         self.executor = executor
         self.clock = clock
         self.cost_model = cost_model
@@ -94,12 +91,13 @@ class LLMEngine:
         self.add_request(Request(-1, 0.0, tuple(range(32)), 4))
         while self.has_unfinished:
             self.step()
-        self.scheduler.num_preemptions = self.scheduler.num_chunked_prefills = 0
+        self.scheduler.reset_stats()
 
-    @property
-    def executor_mixed_batch(self) -> bool:
-        """Whether this step runs as one forward (the calibration probe switches it per shape)."""
-        return getattr(self.executor, "mixed_batch", self.mixed_batch)
+    def reconfigure(self, sched_cfg: SchedulerConfig, mixed_batch: bool) -> None:
+        """Scheduler settings and forward batching for the steps to come (the calibration probe
+        sets them per step shape)."""
+        self.scheduler.reconfigure(sched_cfg)
+        self.mixed_batch = mixed_batch
 
     @property
     def has_unfinished(self) -> bool:
@@ -110,20 +108,20 @@ class LLMEngine:
         plan = self.scheduler.schedule()
         if plan.is_empty:
             raise RuntimeError("scheduler made no progress with unfinished requests")
-        features = None
+        shape = None
         if self.log_features or self.cost_model:  # read before the step runs (counters say what is cached)
-            features = StepShape.of(plan, self.executor_mixed_batch).features()
-        predicted_s = self.cost_model.predict_features(features) if self.cost_model else None
-        sampled = self.executor.run(plan)
+            shape = StepShape.of(plan, self.mixed_batch)
+        predicted_s = self.cost_model.predict(shape) if self.cost_model else None
+        sampled = self.executor.run(plan, self.mixed_batch)
         self.clock.advance(predicted_s)  # moves only a simulated clock
         end_s = self.clock.now()
         finished = self.scheduler.postprocess(plan, sampled, start_s, end_s)
         record = StepRecord(
             start_s=start_s, duration_s=self.clock.now() - start_s,
             num_decode_tokens=plan.num_decode_tokens, num_prefill_tokens=plan.num_prefill_tokens,
-            num_prefill_chunks=len(plan.prefills), num_running=len(self.scheduler.running),
-            num_waiting=len(self.scheduler.waiting), num_free_blocks=self.block_manager.num_free_blocks,
+            num_prefill_chunks=len(plan.prefills), num_running=self.scheduler.num_running,
+            num_waiting=self.scheduler.num_waiting, num_free_blocks=self.block_manager.num_free_blocks,
             num_preempted=len(plan.preempted), predicted_s=predicted_s,
-            features=features if self.log_features else None,
+            features=shape.features() if self.log_features else None,
         )
         return record, finished

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from chunklab.config import ConfigError, RunConfig
-from chunklab.model.sizes import DTYPE_BYTES, num_parameters
+from chunklab.model.sizes import DTYPE_BYTES, kv_bytes_per_token, num_parameters
 
 
 def weight_bytes(cfg: RunConfig) -> int:
@@ -28,8 +28,7 @@ def activation_bytes(cfg: RunConfig) -> int:
 
 
 def kv_bytes_per_block(cfg: RunConfig) -> int:
-    m = cfg.model
-    return 2 * m.num_layers * m.num_kv_heads * m.head_dim * DTYPE_BYTES[m.dtype] * cfg.engine.block_size
+    return kv_bytes_per_token(cfg.model) * cfg.engine.block_size
 
 
 def pool_blocks(cfg: RunConfig) -> int:

@@ -8,19 +8,32 @@ from __future__ import annotations
 
 import logging
 from array import array
+from functools import cache
 
 import torch
 
 from chunklab.config import ConfigError, EngineConfig, ModelConfig
-from chunklab.engine.heap import retain_freed_memory
+from chunklab.engine.malloc_policy import retain_freed_memory
 from chunklab.engine.scheduler import ScheduledChunk, StepPlan
 from chunklab.engine.sequence import Sequence
 from chunklab.model import kv_layout
 from chunklab.model.attention import AttentionMetadata, DecodeBatch, PrefillSegment
+from chunklab.model.linear_library import resolve
+from chunklab.model.native import FusedForward, NativeUnavailable, load_extension
 from chunklab.model.tiny_gpt import TinyGPT
 
 log = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+
+
+@cache
+def default_threads() -> int:
+    """torch's intra-op threads before anything set them (engine.threads=0 keeps this)."""
+    return torch.get_num_threads()
+
+
+def torch_threads(engine: EngineConfig) -> int:
+    return engine.threads if engine.threads > 0 else default_threads()
 
 
 def resolve_device(name: str) -> torch.device:
@@ -42,9 +55,6 @@ def eager_reason(model_cfg: ModelConfig, engine_cfg: EngineConfig) -> str:
 
 def linear_plan(model_cfg: ModelConfig, engine_cfg: EngineConfig):
     """The fused forward's GEMM library per batch size on this machine (probed once, cached)."""
-    from chunklab.calibration.fingerprint import torch_threads
-    from chunklab.model.linear_library import resolve
-
     return resolve(engine_cfg.linear_library, model_cfg, torch_threads(engine_cfg))
 
 
@@ -59,8 +69,6 @@ def planned_forward_path(model_cfg: ModelConfig, engine_cfg: EngineConfig) -> st
     """'fused (linear ...)' or 'eager': the path a runner of this config takes on this machine."""
     if eager_reason(model_cfg, engine_cfg):
         return "eager"
-    from chunklab.model.native import NativeUnavailable, load_extension
-
     try:
         load_extension()
     except NativeUnavailable:
@@ -72,14 +80,11 @@ class ModelRunner:
     def __init__(self, model_cfg: ModelConfig, engine_cfg: EngineConfig):
         self.device = resolve_device(engine_cfg.device)
         self.dtype = DTYPES[model_cfg.dtype]
-        from chunklab.calibration.fingerprint import torch_threads
-
         torch.set_num_threads(torch_threads(engine_cfg))  # 0: torch's default, even after a 1-thread runner
-        retain_freed_memory()  # large steps reuse memory instead of faulting it in (engine/heap.py)
+        retain_freed_memory()  # large steps reuse memory instead of faulting it in (engine/malloc_policy.py)
         self.model = TinyGPT.from_seed(model_cfg, model_cfg.seed, self.dtype, self.device)
         self.attention_impl = model_cfg.attention
         self._model_cfg = model_cfg
-        self.mixed_batch = engine_cfg.mixed_batch
         self.temperature = engine_cfg.temperature
         self.sampling_seed = engine_cfg.sampling_seed
         self.block_size = engine_cfg.block_size
@@ -98,8 +103,6 @@ class ModelRunner:
         reason = eager_reason(self._model_cfg, engine_cfg)
         if reason:
             return None, "eager" if not engine_cfg.compile else f"eager ({reason})"
-        from chunklab.model.native import FusedForward, NativeUnavailable
-
         try:
             plan = linear_plan(self._model_cfg, engine_cfg)
             forward = FusedForward(self.model, self.block_size, plan, engine_cfg.prefill_attention)
@@ -113,9 +116,9 @@ class ModelRunner:
         return sum(t.numel() * t.element_size() for t in self.kv_cache)
 
     @torch.inference_mode()
-    def run(self, plan: StepPlan) -> dict[int, int]:
+    def run(self, plan: StepPlan, mixed_batch: bool) -> dict[int, int]:
         """Runs the plan's forward pass(es); returns seq_id -> sampled token."""
-        if self.mixed_batch:
+        if mixed_batch:
             return self._forward(plan.decodes, plan.prefills)
         sampled = self._forward(plan.decodes, []) if plan.decodes else {}
         for chunk in plan.prefills:  # the chapter's engine: one pass per chunk

@@ -1,9 +1,12 @@
 """Token-budget scheduler with chunked prefill. Plain Python, no torch.
 
-Each step spends `budget` tokens. `decode_first` (the chapter's policy) gives
-every decoding sequence its token, then continues in-flight prefills oldest
-first, then admits new requests. `prefill_first` runs prefills first and gives
-decodes what is left.
+Each step spends `budget` tokens over three parts (policies/base.py): decodes, the running
+prefills' next chunks, admissions. The ordering policy says which part spends first
+(`decode_first`, the chapter's: decodes, then in-flight prefills oldest first, then
+admissions); the admission policy says which waiting sequence goes next.
+
+The scheduler owns its queues and counters. Other modules use its verbs: add, schedule,
+postprocess; stats for counters; stage and release_all to set up a chosen step (calibration).
 """
 from __future__ import annotations
 
@@ -12,7 +15,8 @@ from dataclasses import dataclass, field
 
 from chunklab.config import SchedulerConfig
 from chunklab.engine.block_manager import BlockManager
-from chunklab.engine.sequence import Phase, Sequence
+from chunklab.engine.policies import Part, admission_policy, ordering_policy
+from chunklab.engine.sequence import Phase, Request, Sequence
 
 
 @dataclass
@@ -46,52 +50,119 @@ class StepPlan:
         return not self.decodes and not self.prefills
 
 
+@dataclass(frozen=True)
+class SchedulerStats:
+    num_preemptions: int
+    num_chunked_prefills: int  # chunks that left their prefill unfinished
+    num_running: int
+    num_waiting: int
+
+
 class Scheduler:
     def __init__(self, cfg: SchedulerConfig, block_manager: BlockManager):
-        self.cfg = cfg
         self.block_manager = block_manager
-        self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []  # admission order: oldest first
-        self.num_preemptions = 0
-        self.num_chunked_prefills = 0  # chunks that left their prefill unfinished
+        self.reconfigure(cfg)
+        self._waiting: deque[Sequence] = deque()
+        self._running: list[Sequence] = []  # admission order: oldest first
+        self._num_preemptions = 0
+        self._num_chunked_prefills = 0
+        self._fill = {Part.DECODES: self._schedule_decodes, Part.PREFILLS: self._schedule_running_prefills,
+                      Part.ADMISSIONS: self._schedule_admissions}
+
+    def reconfigure(self, cfg: SchedulerConfig) -> None:
+        """Budget, limits and policies for the steps to come (the queues are kept)."""
+        self._cfg = cfg
+        self._parts = ordering_policy(cfg.ordering).parts
+        self._admission = admission_policy(cfg.admission)
+
+    @property
+    def config(self) -> SchedulerConfig:
+        return self._cfg
 
     # -- queue -----------------------------------------------------------
     def add(self, seq: Sequence) -> None:
-        self.waiting.append(seq)
+        self._waiting.append(seq)
 
     @property
     def num_unfinished(self) -> int:
-        return len(self.waiting) + len(self.running)
+        return len(self._waiting) + len(self._running)
+
+    @property
+    def running(self) -> tuple[Sequence, ...]:
+        """The running sequences, oldest admitted first (a snapshot: change them through the verbs)."""
+        return tuple(self._running)
+
+    @property
+    def waiting(self) -> tuple[Sequence, ...]:
+        """The waiting queue, next in line first under fcfs (a snapshot)."""
+        return tuple(self._waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    def stats(self) -> SchedulerStats:
+        return SchedulerStats(self._num_preemptions, self._num_chunked_prefills, len(self._running),
+                              len(self._waiting))
+
+    def reset_stats(self) -> None:
+        """Counters back to 0 (after a warm-up, so a run counts only its own steps)."""
+        self._num_preemptions = self._num_chunked_prefills = 0
+
+    # -- staging (calibration) ------------------------------------------
+    def stage(self, request: Request, num_cached: int, decoding: bool = False,
+              token_id: int = 0) -> Sequence:
+        """Puts a sequence straight into the running set with num_cached tokens already cached
+        (their blocks allocated now), as if earlier steps had computed them: prefilling the rest of
+        its prompt, or (decoding) with the prompt cached and token_id sampled, decoding next. How a
+        probe makes the next schedule() plan a chosen step shape; KV contents are whatever the
+        pool holds (step time depends on shapes, not values)."""
+        seq = Sequence(request)
+        if not self.block_manager.can_allocate(seq, num_cached):
+            raise ValueError(f"stage: {num_cached} cached tokens need more KV blocks than the pool has free "
+                             f"({self.block_manager.num_free_blocks})")
+        self.block_manager.allocate(seq, num_cached)
+        seq.start_prefill()
+        seq.mark_computed(num_cached)
+        if decoding:
+            seq.append_token(token_id, 0.0)
+        self._running.append(seq)
+        return seq
+
+    def release_all(self) -> None:
+        """Frees every running sequence's blocks and forgets them (nothing may be waiting)."""
+        assert not self._waiting, "release_all with sequences waiting"
+        for seq in self._running:
+            self.block_manager.free(seq)
+        self._running.clear()
 
     # -- planning --------------------------------------------------------
     def schedule(self) -> StepPlan:
         plan = StepPlan()
-        self._budget_left = self.cfg.budget
-        if self.cfg.ordering == "decode_first":
-            self._schedule_decodes(plan)
-            self._schedule_running_prefills(plan)
-            self._schedule_admissions(plan)
-        else:  # prefill_first
-            self._schedule_running_prefills(plan)
-            self._schedule_admissions(plan)
-            self._schedule_decodes(plan)
+        self._budget_left = self._cfg.budget
+        for part in self._parts:
+            self._fill[part](plan)
         return plan
 
     def _schedule_decodes(self, plan: StepPlan) -> None:
-        for seq in list(self.running):
+        for seq in list(self._running):
             if self._budget_left < 1:
                 return
-            if seq.phase is not Phase.DECODING or seq not in self.running:
+            if seq.phase is not Phase.DECODING or seq not in self._running:
                 continue
             if self._make_room(seq, 1, plan) == 1:
                 plan.decodes.append(seq)
                 self._budget_left -= 1
 
     def _schedule_running_prefills(self, plan: StepPlan) -> None:
-        for seq in list(self.running):
+        for seq in list(self._running):
             if self._budget_left < 1:
                 return
-            if seq.phase is not Phase.PREFILLING or seq not in self.running:
+            if seq.phase is not Phase.PREFILLING or seq not in self._running:
                 continue
             num_tokens = self._make_room(seq, self._chunk_size(seq), plan)
             if num_tokens > 0:
@@ -100,36 +171,31 @@ class Scheduler:
     def _schedule_admissions(self, plan: StepPlan) -> None:
         if plan.preempted:  # memory is short: admitting now would thrash
             return
-        while self.waiting and self._budget_left >= 1 and len(self.running) < self.cfg.max_num_seqs:
-            seq = self._next_waiting()
+        while self._waiting and self._budget_left >= 1 and len(self._running) < self._cfg.max_num_seqs:
+            seq = self._admission.pick(self._waiting)
             num_tokens = self._chunk_size(seq)
             leaves_partial = num_tokens < seq.num_prefill_remaining
-            if leaves_partial and self._num_partial_after(plan) >= self.cfg.max_partial_prefills:
+            if leaves_partial and self._num_partial_after(plan) >= self._cfg.max_partial_prefills:
                 return
             if not self.block_manager.can_allocate(seq, num_tokens):
                 return
-            self.waiting.remove(seq)
+            self._waiting.remove(seq)
             seq.start_prefill()
-            self.running.append(seq)
+            self._running.append(seq)
             self.block_manager.allocate(seq, num_tokens)
             self._add_chunk(plan, seq, num_tokens)
 
-    def _next_waiting(self) -> Sequence:
-        if self.cfg.admission == "shortest_prompt_first":
-            return min(self.waiting, key=lambda s: s.num_prefill_remaining)
-        return self.waiting[0]
-
     def _chunk_size(self, seq: Sequence) -> int:
         size = min(seq.num_prefill_remaining, self._budget_left)
-        if self.cfg.long_prefill_threshold > 0:
-            size = min(size, self.cfg.long_prefill_threshold)
+        if self._cfg.long_prefill_threshold > 0:
+            size = min(size, self._cfg.long_prefill_threshold)
         return size
 
     def _num_partial_after(self, plan: StepPlan) -> int:
         """Prefills that will still be unfinished after this step's chunks."""
         scheduled = {id(c.seq): c.num_tokens for c in plan.prefills}
         return sum(
-            1 for s in self.running
+            1 for s in self._running
             if s.phase is Phase.PREFILLING and scheduled.get(id(s), 0) < s.num_prefill_remaining
         )
 
@@ -138,7 +204,7 @@ class Scheduler:
         plan.prefills.append(ScheduledChunk(seq, num_tokens, is_last))
         self._budget_left -= num_tokens
         if not is_last:
-            self.num_chunked_prefills += 1
+            self._num_chunked_prefills += 1
 
     # -- memory ----------------------------------------------------------
     def _make_room(self, seq: Sequence, want_tokens: int, plan: StepPlan) -> int:
@@ -155,7 +221,7 @@ class Scheduler:
             if num_tokens > 0:
                 bm.allocate(seq, num_tokens)
                 return num_tokens
-            victim = self.running[-1]
+            victim = self._running[-1]
             self._preempt(victim, plan)
             if victim is seq:
                 return 0
@@ -169,26 +235,25 @@ class Scheduler:
             self._budget_left += chunk.num_tokens
         self.block_manager.free(victim)
         victim.preempt()
-        self.running.remove(victim)
-        self.waiting.appendleft(victim)
+        self._running.remove(victim)
+        self._waiting.appendleft(victim)
         plan.preempted.append(victim)
-        self.num_preemptions += 1
+        self._num_preemptions += 1
 
     # -- after the forward -----------------------------------------------
     def postprocess(self, plan: StepPlan, sampled: dict[int, int], start_s: float, end_s: float) -> list[Sequence]:
         """Apply a finished step; returns the sequences that finished in it."""
         for chunk in plan.prefills:
             seq = chunk.seq
-            if seq.first_scheduled_s is None:
-                seq.first_scheduled_s = start_s
-            seq.num_computed_tokens += chunk.num_tokens
+            seq.mark_scheduled(start_s)
+            seq.mark_computed(chunk.num_tokens)
             if chunk.is_last:
                 seq.append_token(sampled[seq.seq_id], end_s)
         for seq in plan.decodes:
-            seq.num_computed_tokens += 1
+            seq.mark_computed(1)
             seq.append_token(sampled[seq.seq_id], end_s)
-        finished = [s for s in self.running if s.phase is Phase.FINISHED]
+        finished = [s for s in self._running if s.phase is Phase.FINISHED]
         for seq in finished:
             self.block_manager.free(seq)
-            self.running.remove(seq)
+            self._running.remove(seq)
         return finished

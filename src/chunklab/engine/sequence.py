@@ -84,6 +84,15 @@ class Sequence:
         assert self.phase is Phase.WAITING
         self.phase = Phase.PREFILLING
 
+    def mark_scheduled(self, time_s: float) -> None:
+        """A step that computes part of this sequence started at time_s (the first one is kept)."""
+        if self.first_scheduled_s is None:
+            self.first_scheduled_s = time_s
+
+    def mark_computed(self, num_tokens: int) -> None:
+        """num_tokens more of this sequence's tokens have their K/V in the cache."""
+        self.num_computed_tokens += num_tokens
+
     def append_token(self, token_id: int, time_s: float) -> None:
         """Record a sampled token; leaves prefill, and finishes at the output length."""
         self.output_token_ids.append(token_id)

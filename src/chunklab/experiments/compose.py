@@ -6,11 +6,12 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from chunklab.config import ConfigError, RunConfig
+from chunklab.experiments.prepare import prepare
 from chunklab.paths import MARKER, project_dir
 from chunklab.schema import error_line, register, to_run_config
 
 def compose_run_config(overrides: list[str]) -> RunConfig:
-    """The project's conf/ (chunklab.paths) composed with overrides, as run.py would."""
+    """The project's conf/ (chunklab.paths) composed with overrides, validated and prepared, as run.py does."""
     root = project_dir()
     if not (root / MARKER).is_file():
         raise ConfigError(f"no {MARKER} in {root} or above: run from a chunklab checkout (or set CHUNKLAB_PROJECT_DIR)")
@@ -20,4 +21,4 @@ def compose_run_config(overrides: list[str]) -> RunConfig:
             cfg = compose(config_name="config", overrides=overrides)
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(error_line(err)) from None
-    return to_run_config(cfg)
+    return prepare(to_run_config(cfg))

@@ -14,8 +14,10 @@ import json
 import os
 from pathlib import Path
 
+from chunklab.calibration.machine import resolve_profile
 from chunklab.config import RunConfig, SchedulerConfig
-from chunklab.engine.cost_model import cost_model_for
+from chunklab.engine.cost_models import cost_model_for
+from chunklab.experiments.capacity import search
 from chunklab.paths import in_project
 
 CAPACITY_SEEDS = [1, 2, 3, 4, 5]  # as the sim stages' (params.yaml sim.seeds): load 1.0 = their capacity
@@ -26,8 +28,9 @@ CACHE_DIR = Path(".cache") / "capacity"  # in the project directory (chunklab.pa
 
 def reference_config(cfg: RunConfig) -> RunConfig:
     """What capacity is measured on: this workload and SLO, the default scheduler policy with the
-    run's engine limit on running sequences (8 for TinyGPT, 256 on a GPU preset), simulated."""
-    return dataclasses.replace(cfg, scheduler=SchedulerConfig(max_num_seqs=cfg.scheduler.max_num_seqs),
+    run's engine limit on running sequences (8 for TinyGPT, 256 on a GPU preset), simulated on the
+    run's cost model (engine.profile=auto: this machine's profile, calibrated once if need be)."""
+    return dataclasses.replace(resolve_profile(cfg), scheduler=SchedulerConfig(max_num_seqs=cfg.scheduler.max_num_seqs),
                                slowdown=False,
                                engine=dataclasses.replace(cfg.engine, executor="simulated"))
 
@@ -44,13 +47,13 @@ def cache_key(cfg: RunConfig, profile_digest: str) -> str:
 
 def workload_capacity(cfg: RunConfig) -> float:
     """Simulated capacity (req/s) of cfg's workload under the default scheduler; cached."""
-    from chunklab.experiments.sim_capacity import search_capacity
-
     cost_model, _ = cost_model_for(reference_config(cfg), required=True)
-    path = in_project(CACHE_DIR) / f"{cache_key(cfg, cost_model.digest)}.json"
+    path = in_project(CACHE_DIR) / f"{cache_key(cfg, cost_model.provenance.digest)}.json"
     if path.is_file():
         return json.loads(path.read_text())["capacity_req_per_s"]
-    found = search_capacity(reference_config(cfg), CAPACITY_SEEDS, CAPACITY_REQUESTS, CAPACITY_TARGET)
+    ref = reference_config(cfg)
+    ref = dataclasses.replace(ref, workload=dataclasses.replace(ref.workload, num_requests=CAPACITY_REQUESTS))
+    found = search(ref, CAPACITY_SEEDS, CAPACITY_TARGET)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")  # parallel jobs may compute it at once: last rename wins
     tmp.write_text(json.dumps({"capacity_req_per_s": found.rate_req_per_s, "hi_req_per_s": found.hi_req_per_s,

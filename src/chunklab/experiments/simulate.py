@@ -10,11 +10,7 @@ import multiprocessing
 import os
 
 from chunklab.config import RunConfig
-from chunklab.engine.build import build_engine
-from chunklab.engine.serve import serve
-from chunklab.metrics.records import record
-from chunklab.metrics.summary import summarize
-from chunklab.workload import make_requests
+from chunklab.runner import execute
 
 
 REQUEST_KEYS = ("request_id", "label", "status", "ttft_s", "tpot_s", "e2e_s")
@@ -40,12 +36,8 @@ def simulate_requests(cfg: RunConfig) -> tuple[dict[str, float], list[dict]]:
 
 def _simulate(cfg: RunConfig, with_steps: bool = False):
     cfg = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, executor="simulated"))
-    requests, _ = make_requests(cfg)
-    engine, _ = build_engine(cfg)
-    result = serve(engine, requests)
-    records = [record(s) for s in result.sequences]
-    summary = summarize(records, result.steps, result.makespan_s, cfg.slo, engine.scheduler.num_chunked_prefills)
-    return (summary, records, result.steps) if with_steps else (summary, records)
+    run = execute(cfg, warmup=False)
+    return (run.summary, run.records, run.result.steps) if with_steps else (run.summary, run.records)
 
 
 def default_processes() -> int:

@@ -12,6 +12,9 @@ from pathlib import Path
 import psutil
 
 from chunklab.config import RunConfig, trace_length_scale
+from chunklab.engine.cost_models import cost_model_for
+from chunklab.engine.malloc_policy import heap_policy
+from chunklab.model.sizes import num_parameters
 from chunklab.paths import project_dir
 
 
@@ -129,9 +132,7 @@ def conditions(cfg: RunConfig, num_params: int, cost_model=None, forward_path: s
         "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
     if cfg.engine.executor == "simulated":
-        return out | cost_model.run_conditions()
-    from chunklab.engine.heap import heap_policy
-
+        return out | cost_model.provenance.conditions
     return out | _torch_conditions(cfg.engine.device) | {"forward_path": forward_path, "heap": heap_policy()}
 
 
@@ -148,12 +149,9 @@ def _torch_conditions(device: str) -> dict[str, str]:
 def sim_conditions_line(cfg: RunConfig) -> str:
     """The conditions of a simulated table: the cost model's, never this machine's or this moment's,
     so the table reproduces byte for byte wherever it is regenerated."""
-    from chunklab.engine.cost_model import cost_model_for
-    from chunklab.model.sizes import num_parameters
-
     cm, _ = cost_model_for(cfg, required=True)
     return (f"SIMULATED: {cfg.model.name} ({num_parameters(cfg.model):,} params, {cfg.model.dtype}), step times "
-            f"predicted by {cm.provenance()}")
+            f"predicted by {cm.provenance.phrase}")
 
 
 def conditions_line(c: dict[str, str]) -> str:

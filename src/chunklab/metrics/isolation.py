@@ -11,6 +11,7 @@ import dataclasses
 import statistics
 from dataclasses import dataclass
 
+from chunklab.engine.replay import replay
 from chunklab.engine.sequence import Request
 from chunklab.metrics.records import RequestRecord, percentile
 
@@ -26,13 +27,11 @@ class IsolatedLatency:
 
     @classmethod
     def measure(cls, engine, requests: list[Request]) -> "IsolatedLatency":
-        from chunklab.engine.serve import serve  # the engine is torch-backed; keep metrics importable without it
-
         lengths = sorted({len(r.prompt_token_ids) for r in requests})
         grid = sorted({int(percentile(lengths, q)) for q in (0, 25, 50, 75, 100)})[:CALIBRATION_POINTS]
         ttfts, gaps = [], []
         for n in grid:
-            seq = serve(engine, [Request(-1, 0.0, requests[0].prompt_token_ids[:1] * n, CALIBRATION_OUTPUT_TOKENS)]).sequences[0]
+            seq = replay(engine, [Request(-1, 0.0, requests[0].prompt_token_ids[:1] * n, CALIBRATION_OUTPUT_TOKENS)]).sequences[0]
             ttfts.append(seq.token_times_s[0])
             gaps += [b - a for a, b in zip(seq.token_times_s, seq.token_times_s[1:])]
         return cls(tuple(grid), tuple(ttfts), statistics.median(gaps))

@@ -37,16 +37,16 @@ import json
 import os
 import statistics
 import time
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 import torch
 
 from chunklab.config import ModelConfig
+from chunklab.model.linear_plan import LIBRARIES, LinearPlan, linear_shapes, onednn_linear, pack
+from chunklab.model.native import NativeUnavailable, build_directory, extension_name, load_extension
 from chunklab.paths import in_project
 
-LIBRARIES = ("mkl", "onednn", "panels")  # the order of fused_forward.cpp's Library enum
 # rung r covers steps of r rows up to the next rung; 512 is a budget-512 step's and a row tile's size
 # (measured on an AMD EPYC Zen 5 VM: oneDNN ahead of panels by ~2% at 256 rows, ~8% at 512, ~20% at 1024)
 PROBE_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -55,61 +55,6 @@ PROBE_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 # and at 3% one probe in 16 still switched at 1,024 rows (oneDNN at 0.97); at 5% none did. Where a
 # library is really ahead (oneDNN ~8% at 512 rows and ~20% at 1,024 on an AMD EPYC Zen 5 VM) it clears it.
 MARGIN = 0.05
-
-
-@dataclass(frozen=True)
-class LinearPlan:
-    """Per rung (minimum rows), the library that runs a step of at least that many rows."""
-    rungs: tuple[tuple[int, str], ...]  # ascending minimum rows; the first is 1
-
-    @classmethod
-    def single(cls, library: str) -> "LinearPlan":
-        return cls(((1, library),))
-
-    def library_for(self, rows: int) -> str:
-        chosen = self.rungs[0][1]
-        for min_rows, library in self.rungs:
-            if rows >= min_rows:
-                chosen = library
-        return chosen
-
-    @property
-    def uses(self) -> set[str]:
-        return {lib for _, lib in self.rungs}
-
-    def describe(self) -> str:
-        """'mkl', 'onednn' or 'mkl<4, onednn>=4': adjacent rungs of one library merged."""
-        merged: list[tuple[int, str]] = []
-        for min_rows, library in self.rungs:
-            if not merged or merged[-1][1] != library:
-                merged.append((min_rows, library))
-        if len(merged) == 1:
-            return merged[0][1]
-        parts = []
-        for i, (min_rows, library) in enumerate(merged):
-            upper = merged[i + 1][0] if i + 1 < len(merged) else None
-            if i == 0:
-                parts.append(f"{library}<{upper}")
-            elif upper is None:
-                parts.append(f"{library}>={min_rows}")
-            else:
-                parts.append(f"{library} {min_rows}-{upper - 1}")
-        return ", ".join(parts)
-
-
-def linear_shapes(m: ModelConfig) -> list[tuple[int, int]]:
-    """(in, out) of one layer's linear layers: fused QKV, output, gate-up, down."""
-    q, kv = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
-    return [(m.d_model, q + 2 * kv), (q, m.d_model), (m.d_model, 2 * m.mlp_hidden), (m.mlp_hidden, m.d_model)]
-
-
-def pack(weight_in_out: torch.Tensor, rows_hint: int = 1024) -> torch.Tensor:
-    """oneDNN's prepacked form of a [in, out] weight (its linear takes [out, in])."""
-    return torch.ops.mkldnn._reorder_linear_weight(weight_in_out.t().contiguous(), rows_hint)
-
-
-def onednn_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
 
 
 def candidates(rows: int) -> tuple[str, ...]:
@@ -129,7 +74,6 @@ def probe_ratios(m: ModelConfig, rows: tuple[int, ...] = PROBE_ROWS, repeats: in
     one layer's linear layers (every candidate timed back to back in each round, the order
     rotating), and each candidate's median seconds. A ratio of adjacent timings survives what a
     shared VM does to both (swings of 2x in a minute were seen here)."""
-    from chunklab.model.native import load_extension  # panel_linear is the fused build's
 
     ext = load_extension()
     gen = torch.Generator().manual_seed(0)
@@ -173,8 +117,6 @@ def plan_from_ratios(ratios: dict[int, dict[str, float]], margin: float | None =
 
 def _cache_path(m: ModelConfig, threads: int) -> Path:
     # the per-CPU tag and the source digest of the fused build: a changed kernel is probed again
-    from chunklab.model.native import build_directory, extension_name
-
     shape = "x".join(f"{k}-{n}" for k, n in linear_shapes(m))
     root = in_project(os.environ.get("CHUNKLAB_LINEAR_CACHE", Path(".cache") / "linear_library"))
     build = f"{build_directory().name}-{extension_name().removeprefix('chunklab_fused_')}"
@@ -210,3 +152,13 @@ def probed_plan(m: ModelConfig, threads: int) -> LinearPlan:
 def resolve(choice: str, m: ModelConfig, threads: int) -> LinearPlan:
     """The plan for engine.linear_library=`choice` (validated by the config)."""
     return probed_plan(m, threads) if choice == "auto" else LinearPlan.single(choice)
+
+
+if __name__ == "__main__":  # `python -m chunklab.model.linear_library`: build the fused forward now (make setup does), and probe
+    try:
+        print(f"fused forward ready: {load_extension().__file__}")
+    except NativeUnavailable as exc:
+        print(f"fused forward unavailable, runs will use eager torch ops: {exc}")
+    else:
+        print(f"linear layers on this machine: {probed_plan(ModelConfig(), torch.get_num_threads()).describe()} "
+              "(engine.linear_library=auto; probed once, cached in .cache/linear_library/)")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from chunklab.model.linear_library import LIBRARIES, LinearPlan, pack
+from chunklab.model.linear_plan import LIBRARIES, LinearPlan, pack
 from chunklab.model.tiny_gpt import TinyGPT
 from chunklab.paths import in_project
 
@@ -141,15 +141,3 @@ class FusedForward:
                                 self.packed, self.panels, library, self.prefill_attention,
                                 list(range(T)) if sample_rows is None else sample_rows, self.scratch)
 
-
-if __name__ == "__main__":  # `python -m chunklab.model.native`: build now (make setup does), and probe
-    try:
-        print(f"fused forward ready: {load_extension().__file__}")
-    except NativeUnavailable as exc:
-        print(f"fused forward unavailable, runs will use eager torch ops: {exc}")
-    else:
-        from chunklab.config import ModelConfig
-        from chunklab.model.linear_library import probed_plan
-
-        print(f"linear layers on this machine: {probed_plan(ModelConfig(), torch.get_num_threads()).describe()} "
-              "(engine.linear_library=auto; probed once, cached in .cache/linear_library/)")

@@ -14,6 +14,10 @@ def num_parameters(m: ModelConfig) -> int:
     return m.vocab_size * m.d_model * 2 + m.num_layers * per_layer + m.d_model  # embed, LM head, final norm
 
 
+def kv_bytes_per_token(m: ModelConfig) -> int:
+    """K and V of one token in every layer: 2 x layers x KV heads x head_dim x dtype bytes."""
+    return 2 * m.num_layers * m.num_kv_heads * m.head_dim * DTYPE_BYTES[m.dtype]
+
+
 def kv_cache_bytes(m: ModelConfig, e: EngineConfig) -> int:
-    slots = e.num_blocks * e.block_size
-    return 2 * m.num_layers * slots * m.num_kv_heads * m.head_dim * DTYPE_BYTES[m.dtype]
+    return kv_bytes_per_token(m) * e.num_blocks * e.block_size

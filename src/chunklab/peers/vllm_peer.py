@@ -56,8 +56,8 @@ def peer_env(threads: int) -> dict[str, str]:
 
 def export_model(model_cfg, dest: Path) -> Path:
     """TinyGPT (seed from the config) saved as a Hugging Face Llama checkpoint vLLM can load."""
-    from chunklab.model.hf_export import to_llama
-    from chunklab.model.tiny_gpt import TinyGPT
+    from chunklab.model.hf_export import to_llama  # optional: transformers, only to export
+    from chunklab.model.tiny_gpt import TinyGPT  # optional: torch, only to export
 
     to_llama(TinyGPT.from_seed(model_cfg, model_cfg.seed)).save_pretrained(dest)
     return dest

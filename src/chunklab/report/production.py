@@ -13,7 +13,7 @@ def cost_model_provenance(outputs: Path) -> list[str]:
     err = fit["held_out_error"]
     gemms = [op for op in ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj") if op in err]
     worst = max(gemms, key=lambda op: err[op]["median_rel_error"])
-    return [f"- Cost model: the roofline of each preset's spec sheet (engine/roofline.py). On H100 its GEMM and "
+    return [f"- Cost model: the roofline of each preset's spec sheet (engine/cost_models/roofline.py). On H100 its GEMM and "
             f"elementwise terms are fit on Vidur's measured Llama-2-7B operator times; on held-out token counts a "
             f"whole layer is off by a median {err['layer (sum)']['median_rel_error']:.1%} (p90 "
             f"{err['layer (sum)']['p90_rel_error']:.1%}), the worst GEMM ({worst}) by "

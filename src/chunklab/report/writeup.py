@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from chunklab.engine.cost_model import read_profile
+from chunklab.engine.cost_models.linear import read_profile
 from chunklab.report import chapter
 from chunklab.report.peer import peer_findings
 from chunklab.report.production import production_findings

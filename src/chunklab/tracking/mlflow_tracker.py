@@ -73,7 +73,7 @@ class Tracker:
         self.run_id = run.info.run_id
         sampler = None
         if self.cfg.system_metrics_interval_s > 0:
-            from chunklab.tracking.system_metrics import SystemMetrics
+            from chunklab.tracking.system_metrics import SystemMetrics  # optional: mlflow's monitor, when sampling
 
             sampler = SystemMetrics(self.run_id, self.cfg.system_metrics_interval_s)
             sampler.start()
@@ -98,7 +98,7 @@ class Tracker:
             return
         import mlflow
 
-        from chunklab.tracking.workload_dataset import workload_dataset
+        from chunklab.tracking.workload_dataset import workload_dataset  # optional: mlflow.data, when tracking
 
         dataset = workload_dataset(requests, name, trace_path, spec)
         for attempt in range(5):

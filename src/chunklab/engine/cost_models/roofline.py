@@ -20,7 +20,8 @@ import json
 from dataclasses import asdict, dataclass
 
 from chunklab.config import ConfigError, HardwareConfig, ModelConfig, RooflineEfficiency, RunConfig
-from chunklab.engine.step_shape import FEATURES
+from chunklab.engine.cost_models.base import Provenance
+from chunklab.engine.step_shape import FEATURES, StepShape
 from chunklab.model.sizes import DTYPE_BYTES
 
 _TOKENS, _SAMPLED, _CAUSAL, _CACHED_PAIRS, _DECODE_CTX, _CACHED_CTX = (
@@ -69,7 +70,8 @@ class RooflineCostModel:
     construction: a production-scale trace is ~10^5-10^6 steps, each predicted in a few microseconds."""
 
     def __init__(self, model: ModelConfig, hardware: HardwareConfig, digest: str):
-        self.model, self.hardware, self.digest = model, hardware, digest
+        self.model, self.hardware = model, hardware
+        self.provenance = roofline_provenance(hardware, digest)
         e, b = hardware.efficiency, DTYPE_BYTES[model.dtype]
         peak, bw = hardware.peak_dense_tflops[model.dtype] * 1e12, hardware.memory_bandwidth_gb_per_s * 1e9
         layers = model.num_layers
@@ -86,15 +88,19 @@ class RooflineCostModel:
         self._step_s = e.step_overhead_s
 
     @classmethod
-    def build(cls, cfg: RunConfig) -> "RooflineCostModel":
+    def from_config(cls, cfg: RunConfig, required: bool = True) -> tuple["RooflineCostModel", str]:
+        """The roofline of the run's hardware preset (a spec sheet always applies: never None)."""
         if not cfg.engine.mixed_batch:
             raise ConfigError("engine.mixed_batch=False: the roofline cost model prices one forward pass a step "
                               f"(hardware={cfg.hardware.name}); use engine.mixed_batch=true")
-        # the scale is a wrapper with its own digest (cost_model.ScaledCostModel), not the roofline's
+        # the scale is a wrapper with its own digest (cost_models/scaled.py), not the roofline's
         hardware = {k: v for k, v in asdict(cfg.hardware).items() if k != "step_time_scale"}
         doc = {"model": asdict(cfg.model), "hardware": hardware}
         digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
-        return cls(cfg.model, cfg.hardware, digest)
+        return cls(cfg.model, cfg.hardware, digest), ""
+
+    def predict(self, shape: StepShape) -> float:
+        return self.predict_features(shape.features())
 
     def predict_features(self, features: list[float]) -> float:
         """Seconds of a mixed step with these FEATURES (one forward pass; see the module's formulas)."""
@@ -117,16 +123,12 @@ class RooflineCostModel:
             t += max(per_row_s * (sampled_rows + self._half_rows), weights_s)
         return t
 
-    def tags(self) -> dict[str, str]:
-        h = self.hardware
-        return {"cost_model": "roofline", "roofline.digest": self.digest, "roofline.hardware": h.name,
-                "roofline.spec_source": h.spec_source, "roofline.efficiency_source": h.efficiency.source}
 
-    def run_conditions(self) -> dict[str, str]:
-        return {"device": f"simulated ({self.hardware.description})", "torch_version": "n/a (no torch)",
-                "torch_build": "n/a", "torch_threads": "n/a", "cost_model": self.provenance()}
-
-    def provenance(self) -> str:
-        h = self.hardware
-        return (f"the roofline cost model {self.digest} of {h.description} ({h.spec_source}; "
-                f"efficiencies: {h.efficiency.source})")
+def roofline_provenance(h: HardwareConfig, digest: str) -> Provenance:
+    phrase = (f"the roofline cost model {digest} of {h.description} ({h.spec_source}; "
+              f"efficiencies: {h.efficiency.source})")
+    tags = {"cost_model": "roofline", "roofline.digest": digest, "roofline.hardware": h.name,
+            "roofline.spec_source": h.spec_source, "roofline.efficiency_source": h.efficiency.source}
+    conditions = {"device": f"simulated ({h.description})", "torch_version": "n/a (no torch)",
+                  "torch_build": "n/a", "torch_threads": "n/a", "cost_model": phrase}
+    return Provenance(digest, tags, conditions, phrase)

@@ -18,8 +18,8 @@ NOTE = ("simulated run: no forward pass ran; step durations are the profile's pr
         "token ids are placeholders (EOS is ignored, so lengths and scheduling do not depend on them)")
 
 
-class PlaceholderExecutor:
-    def run(self, plan: StepPlan) -> dict[int, int]:
+class SimulatedExecutor:
+    def run(self, plan: StepPlan, mixed_batch: bool) -> dict[int, int]:
         sampled = dict.fromkeys(map(_SEQ_ID, plan.decodes), PLACEHOLDER_TOKEN)  # ~256 a step at production scale
         sampled.update((c.seq.seq_id, PLACEHOLDER_TOKEN) for c in plan.prefills if c.is_last)
         return sampled

@@ -1,4 +1,6 @@
-"""Replays timed requests through an engine, on the engine's clock."""
+"""Replays timed requests through an engine, on the engine's clock: each request enters at its
+arrival time, the engine steps until every request is done. (Not a server: the requests are known
+up front, as in a trace replay or a benchmark.)"""
 from __future__ import annotations
 
 from collections import deque
@@ -11,7 +13,7 @@ from chunklab.engine.step_log import StepLog
 
 
 @dataclass
-class ServeResult:
+class ReplayResult:
     # one per request, in request order: finished, rejected, or (when stopped early) unfinished
     sequences: list[Sequence]
     steps: StepLog = field(default_factory=StepLog)
@@ -20,8 +22,8 @@ class ServeResult:
     error: Exception | None = None  # a step that raised: the run stopped there, its steps kept
 
 
-def serve(engine: LLMEngine, requests: list[Request], on_done: Callable[[int], None] | None = None,
-          should_stop: Callable[[], bool] | None = None) -> ServeResult:
+def replay(engine: LLMEngine, requests: list[Request], on_done: Callable[[int], None] | None = None,
+           should_stop: Callable[[], bool] | None = None) -> ReplayResult:
     """Runs until every request has finished or been rejected, or should_stop() says stop.
 
     A request enters the engine at the first step boundary at or after its
@@ -58,4 +60,4 @@ def serve(engine: LLMEngine, requests: list[Request], on_done: Callable[[int], N
             on_done(len(finished))
     for request in pending:  # never arrived before the stop: still waiting, outside the engine
         sequences[request.request_id] = Sequence(request)
-    return ServeResult([sequences[r.request_id] for r in requests], steps, clock.now(), stopped, error)
+    return ReplayResult([sequences[r.request_id] for r in requests], steps, clock.now(), stopped, error)

@@ -1,10 +1,10 @@
-"""A long-lived engine keeps the memory of its large steps (engine/heap.py): counted in page faults."""
+"""A long-lived engine keeps the memory of its large steps (engine/malloc_policy.py): counted in page faults."""
 import json
 import subprocess
 import sys
 
 from chunklab import bench
-from chunklab.engine.heap import heap_policy
+from chunklab.engine.malloc_policy import heap_policy
 
 
 # Run in a process of its own: the faults a pass takes depend on what the process's heap went
@@ -14,9 +14,9 @@ _ONE_PASS_FAULTS = """
 import dataclasses, json, resource
 from chunklab import bench
 from chunklab.config import EngineConfig, ModelConfig
-from chunklab.engine.heap import DEFAULT_POLICY, heap_policy
+from chunklab.engine.malloc_policy import DEFAULT_POLICY, heap_policy
 from chunklab.engine.sequence import Request
-from chunklab.engine.serve import serve
+from chunklab.engine.replay import replay
 from chunklab.workload.synthetic import prompt_ids
 
 def minor_faults():
@@ -30,9 +30,9 @@ request = Request(0, 0.0, prompt_ids(0, 0, n, 256), 1)
 one_pass_faults = []
 for _ in range(5):
     for chunk in (n, 64):
-        engine.scheduler.cfg = dataclasses.replace(engine.scheduler.cfg, budget=chunk)
+        engine.scheduler.reconfigure(dataclasses.replace(engine.scheduler.config, budget=chunk))
         before = minor_faults()
-        serve(engine, [request])
+        replay(engine, [request])
         if chunk == n:
             one_pass_faults.append(minor_faults() - before)
 print(json.dumps({"policy_applied": heap_policy() != DEFAULT_POLICY, "one_pass_faults": one_pass_faults}))

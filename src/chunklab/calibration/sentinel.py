@@ -39,10 +39,10 @@ from dataclasses import dataclass
 
 from chunklab.calibration.serving import BURST_RATE_PER_S, REPLAY_SEED, replay_workload
 from chunklab.config import EngineConfig, ModelConfig, RunConfig, SchedulerConfig
-from chunklab.engine.clock import ReplayClock
-from chunklab.engine.cost_model import LinearProfile, load_cost_model, profile_path, read_profile
-from chunklab.engine.engine import LLMEngine
-from chunklab.engine.serve import serve
+from chunklab.engine.build import build_engine
+from chunklab.engine.cost_models import CostModel
+from chunklab.engine.cost_models.linear import load_cost_model, profile_path, read_profile
+from chunklab.engine.replay import replay
 from chunklab.workload.synthetic import synthetic_requests
 
 SENTINEL_BUDGET_TOKENS = 512
@@ -84,13 +84,13 @@ class SentinelReading:
 class SpeedSentinel:
     """One model and KV pool, built once; read() replays the same requests each time."""
 
-    def __init__(self, model: ModelConfig, engine: EngineConfig, cost_model: LinearProfile, num_requests: int = 24,
+    def __init__(self, model: ModelConfig, engine: EngineConfig, cost_model: CostModel, num_requests: int = 24,
                  baseline_ratio: float = 1.0):
         if not baseline_ratio > 0:
             raise ValueError(f"sentinel baseline_ratio={baseline_ratio!r}: must be > 0")
         self.model, self.cost_model, self.baseline_ratio = model, cost_model, baseline_ratio
         self.num_requests = num_requests
-        self.engine_cfg = dataclasses.replace(engine, executor="torch")
+        self.engine_cfg = dataclasses.replace(engine, executor="torch", clock="replay")
         self.workload = replay_workload(model, num_requests, SENTINEL_RATE_PER_S, SENTINEL_SEED)
         self._runner = None
 
@@ -99,7 +99,7 @@ class SpeedSentinel:
         """The sentinel of a measured run's model, engine and profile (engine.profile), against the
         reading its calibration took."""
         cost_model, _ = load_cost_model(cfg.model, cfg.engine, required=True)
-        doc, _ = read_profile(profile_path(cfg.model, cfg.engine))
+        doc, _ = read_profile(profile_path(cfg.engine))
         return cls(cfg.model, cfg.engine, cost_model, baseline_ratio=baseline_of(doc))
 
     def read(self) -> SentinelReading:
@@ -111,12 +111,12 @@ class SpeedSentinel:
         return self._replay()
 
     def _replay(self, warmup: bool = False) -> SentinelReading:
-        eng = LLMEngine(self.model, self.engine_cfg, SchedulerConfig(budget=SENTINEL_BUDGET_TOKENS), ReplayClock(),
-                        self._runner, self.cost_model)
+        eng = build_engine(self.model, self.engine_cfg, SchedulerConfig(budget=SENTINEL_BUDGET_TOKENS),
+                           self.cost_model, self._runner)
         if warmup:
             eng.warmup()
         self._runner = eng.executor
-        result = serve(eng, synthetic_requests(self.workload, self.model.vocab_size))
+        result = replay(eng, synthetic_requests(self.workload, self.model.vocab_size))
         cols = result.steps.arrays()
         steps = [(float(d / p), float(p)) for d, p in zip(cols["duration_s"], cols["predicted_s"]) if p > 0]
         raw = time_weighted_median([r for r, _ in steps], [p for _, p in steps])

@@ -1,0 +1,66 @@
+"""The one run path, for both executors: requests -> engine -> replay -> records -> summary.
+
+chunklab.app adds the run's files and MLflow around it; experiments/simulate.py runs it lean,
+many times, for searches and maps. Neither writes the chain again.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chunklab.calibration.machine import resolve_profile, warn_if_another_machine
+from chunklab.config import RunConfig
+from chunklab.engine.build import build_engine, executor_kind, make_executor
+from chunklab.engine.cost_models import cost_model_for
+from chunklab.engine.engine import LLMEngine
+from chunklab.engine.replay import ReplayResult, replay
+from chunklab.engine.sequence import Request
+from chunklab.metrics.isolation import IsolatedLatency, with_slowdown
+from chunklab.metrics.records import RequestRecord, record
+from chunklab.metrics.summary import summarize
+from chunklab.workload import make_requests
+from chunklab.workload.azure_trace import TraceStats
+
+
+@dataclass
+class Executed:
+    requests: list[Request]
+    engine: LLMEngine
+    result: ReplayResult
+    records: list[RequestRecord]
+    summary: dict[str, float]
+    trace_stats: TraceStats | None  # a trace workload's clipping and reordering counts
+    why_unguarded: str  # a measured run without a profile to predict its steps: why ("" when guarded)
+
+
+def engine_for(cfg: RunConfig) -> tuple[LLMEngine, str]:
+    """The run's engine, and why no profile guards it (empty when one does, or when simulated).
+
+    A measured run's profile predicts each step for the noise guard; a simulated run's cost model
+    (hardware.cost_model: the profile, or the roofline of a spec sheet) is its clock. Calibrates this
+    machine first where engine.profile=auto finds no profile of it."""
+    kind = executor_kind(cfg.engine)
+    executor = make_executor(cfg.model, cfg.engine)  # first: a device that is not here fails before calibrating
+    cfg = resolve_profile(cfg)
+    if kind.measured:
+        warn_if_another_machine(cfg)
+    cost_model, why_none = cost_model_for(cfg, required=not kind.measured)
+    return build_engine(cfg.model, cfg.engine, cfg.scheduler, cost_model, executor), why_none
+
+
+def execute(cfg: RunConfig, warmup: bool = True, slowdown: bool = False, on_requests=None, on_done=None,
+            should_stop=None) -> Executed:
+    """warmup: one short request first, so a measured run does not pay torch's first calls.
+    slowdown: after the run, each request's latency alone on the idle engine (metrics/isolation.py).
+    on_requests(n): told how many requests the run has; on_done(n) and should_stop() as for replay()."""
+    requests, trace_stats = make_requests(cfg)
+    if on_requests:
+        on_requests(len(requests))
+    engine, why_unguarded = engine_for(cfg)
+    if warmup:
+        engine.warmup()
+    result = replay(engine, requests, on_done=on_done, should_stop=should_stop)
+    records = [record(s) for s in result.sequences]
+    if slowdown and not result.stopped:
+        records = with_slowdown(records, IsolatedLatency.measure(engine, requests))
+    summary = summarize(records, result.steps, result.makespan_s, cfg.slo, engine.scheduler.stats().num_chunked_prefills)
+    return Executed(requests, engine, result, records, summary, trace_stats, why_unguarded)
