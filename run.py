@@ -61,10 +61,13 @@ def main(cfg: DictConfig) -> float:
 
 
 def result_line(cfg: RunConfig, s: dict, run_dir: str) -> str:
-    nan = float("nan")
-    line = (f"budget {cfg.scheduler.budget:>5}: TTFT p50 {s.get('ttft_p50_s', nan):.3f}s p99 {s.get('ttft_p99_s', nan):.3f}s"
-            f" | ITL p50 {s.get('itl_p50_s', nan) * 1e3:.1f}ms p99 {s.get('itl_p99_s', nan) * 1e3:.1f}ms | "
-            f"TPOT p50 {s.get('tpot_p50_s', nan) * 1e3:.1f}ms | {s['output_tokens_per_s']:.1f} tok/s | "
+    def fmt(key: str, scale: float = 1.0, unit: str = "s", digits: int = 3) -> str:
+        value = s.get(key, float("nan"))
+        return "n/a" if value != value else f"{value * scale:.{digits}f}{unit}"  # NaN: no request finished
+
+    line = (f"budget {cfg.scheduler.budget:>5}: TTFT p50 {fmt('ttft_p50_s')} p99 {fmt('ttft_p99_s')}"
+            f" | ITL p50 {fmt('itl_p50_s', 1e3, 'ms', 1)} p99 {fmt('itl_p99_s', 1e3, 'ms', 1)} | "
+            f"TPOT p50 {fmt('tpot_p50_s', 1e3, 'ms', 1)} | {s['output_tokens_per_s']:.1f} tok/s | "
             f"goodput {s['goodput_req_per_s']:.3f} req/s ({100 * s['slo_attainment']:.0f}% in SLO)")
     if s["num_rejected"]:
         line += f" | {s['num_rejected']:.0f} rejected"

@@ -77,8 +77,8 @@ class EngineConfig:
 @dataclass(frozen=True)
 class SchedulerConfig:
     budget: int = 512  # tokens per step
-    ordering: str = "decode_first"  # decode_first | prefill_first
-    admission: str = "fcfs"  # fcfs | shortest_prompt_first
+    ordering: str = "decode_first"  # an ordering policy's name (engine/policies/): decode_first | prefill_first
+    admission: str = "fcfs"  # an admission policy's name (engine/policies/): fcfs | shortest_prompt_first
     max_num_seqs: int = 8  # running sequences at most
     max_partial_prefills: int = 1  # prefills in flight across steps at once
     long_prefill_threshold: int = 0  # cap on one prefill's chunk per step; 0 = off
@@ -158,7 +158,7 @@ class HardwareConfig:
     cpu: this machine, measured, or predicted by a calibrated profile (engine.profile).
     A GPU preset: the vendor's spec sheet, priced by the roofline cost model (simulated runs)."""
     name: str = "cpu"
-    cost_model: str = "profile"  # profile: engine.profile (linear, calibrated) | roofline: work / specs
+    cost_model: str = "profile"  # engine/cost_models/: profile (engine.profile, linear) | roofline (work / specs)
     description: str = "this machine's CPU"
     spec_source: str = ""  # where the figures below come from
     peak_dense_tflops: dict[str, float] = field(default_factory=dict)  # per model dtype, no sparsity
@@ -209,7 +209,6 @@ def validate(cfg: RunConfig) -> None:
     _check(m.init_std > 0, "model.init_std", m.init_std, "must be > 0")
     _one_of("model.dtype", m.dtype, ("float32", "float64", "bfloat16"))
     _one_of("model.attention", m.attention, ("sdpa", "naive"))
-    _one_of("engine.executor", e.executor, ("torch", "simulated"))
     _one_of("engine.device", e.device, ("cpu", "cuda"))
     _one_of("engine.clock", e.clock, ("replay", "wall"))
     _one_of("engine.linear_library", e.linear_library, ("auto", "mkl", "onednn", "panels"))
@@ -221,8 +220,6 @@ def validate(cfg: RunConfig) -> None:
     _check(s.max_num_seqs >= 1, "scheduler.max_num_seqs", s.max_num_seqs, "must be >= 1")
     _check(s.budget >= s.max_num_seqs, "scheduler.budget", s.budget,
            f"must be >= scheduler.max_num_seqs ({s.max_num_seqs}) so every running sequence can decode")
-    _one_of("scheduler.ordering", s.ordering, ("decode_first", "prefill_first"))
-    _one_of("scheduler.admission", s.admission, ("fcfs", "shortest_prompt_first"))
     _check(s.max_partial_prefills >= 1, "scheduler.max_partial_prefills", s.max_partial_prefills, "must be >= 1")
     _check(s.long_prefill_threshold >= 0, "scheduler.long_prefill_threshold", s.long_prefill_threshold, "must be >= 0")
     _validate_hardware(cfg)
@@ -234,7 +231,6 @@ def validate(cfg: RunConfig) -> None:
 
 def _validate_hardware(cfg: RunConfig) -> None:
     h, e = cfg.hardware, cfg.engine
-    _one_of("hardware.cost_model", h.cost_model, ("profile", "roofline"))
     _check(h.step_time_scale > 0, "hardware.step_time_scale", h.step_time_scale, "must be > 0")
     if h.cost_model == "roofline":
         _check(cfg.model.dtype in h.peak_dense_tflops, "model.dtype", cfg.model.dtype,

@@ -8,10 +8,25 @@ needs the profile.)
 """
 from __future__ import annotations
 
-from chunklab.config import RunConfig
+from chunklab.config import ConfigError, RunConfig
+from chunklab.engine.build import EXECUTORS
+from chunklab.engine.cost_models import COST_MODELS
 from chunklab.engine.kv_pool import resolve_kv_pool
+from chunklab.engine.policies import ADMISSIONS, ORDERINGS
 from chunklab.experiments.load import resolve_load
 
 
 def prepare(cfg: RunConfig) -> RunConfig:
+    check_choices(cfg)
     return resolve_load(resolve_kv_pool(cfg))
+
+
+def check_choices(cfg: RunConfig) -> None:
+    """Each key that names a class is one its registry holds (a new policy, cost model or executor
+    registers itself there: config.py does not list them)."""
+    for key, value, registry in (("engine.executor", cfg.engine.executor, EXECUTORS),
+                                 ("hardware.cost_model", cfg.hardware.cost_model, COST_MODELS),
+                                 ("scheduler.ordering", cfg.scheduler.ordering, ORDERINGS),
+                                 ("scheduler.admission", cfg.scheduler.admission, ADMISSIONS)):
+        if value not in registry:
+            raise ConfigError(f"{key}={value!r}: must be one of {', '.join(sorted(registry))}")
