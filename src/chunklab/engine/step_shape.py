@@ -51,7 +51,15 @@ class StepShape:
         return len(self.decode_ctx_lens) + sum(s.num_tokens for s in self.segments)
 
     def features(self) -> list[float]:
-        """FEATURES of this step, in order."""
+        """FEATURES of this step, in order (computed once: the cost model and the step log both read
+        them; callers must not change the list)."""
+        cached = self.__dict__.get("_feature_values")
+        if cached is None:
+            cached = self._features()
+            object.__setattr__(self, "_feature_values", cached)  # a cache beside the frozen fields, not one of them
+        return cached
+
+    def _features(self) -> list[float]:
         if self.mixed_batch:
             passes = [(self.decode_ctx_lens, self.segments)]
         else:
