@@ -1,93 +1,12 @@
-"""Stage capacity (measured): this machine's capacity found on the real engine, beside the
-simulated capacity of this machine's profile, by the same search.
+"""Stage capacity (measured): this machine's capacity on the real engine beside the simulated one
+of its profile (chunklab/stages/capacity.py).
 
-Capacity: the highest Poisson rate at which >= target of one seed's num_requests requests meet
-the SLO. Simulated: bisection to sim_rel_tol (exact, seconds). Measured: bisection from a
-bracket around the simulated figure (widened by `widen` steps until it holds) to rel_tol; each
-probe is one real run of num_requests requests, long enough to build a queue.
-
-A speed sentinel (experiments/sentinel.py) is read before every measured probe and after the
-last; the simulated search runs again with every step scaled by their geometric mean.
-
-Writes outputs/capacity/ (measured_vs_simulated.csv, sentinel_scaled.csv, probes.csv) and
-outputs/tables/capacity.md.
+    pipelines/capacity.py --params params.yaml --profile outputs/profiles/machine.json
+                          --out outputs/capacity --table outputs/tables/capacity.md
 """
-from __future__ import annotations
-
-import pandas as pd
-
-from chunklab.experiments.compose import compose_run_config
-from chunklab.experiments.sim_capacity import bisect_capacity, probe
-from common import MACHINE_PROFILE, OUTPUTS, RUNS, params
-
-PROBE_KEYS = ("slo_attainment", "goodput_req_per_s", "ttft_p50_s", "ttft_p99_s", "itl_p99_s", "output_tokens_per_s",
-              "noisy_steps_share", "step_time_vs_predicted_p50")
-
-
-def main() -> None:
-    from chunklab.experiments.sentinel import SpeedSentinel, geometric_mean  # torch: this stage measures
-    from chunklab.experiments.sweep import run_grid
-
-    p = params("capacity")
-    base = ["experiment=ch10", f"workload={p['workload']}", "slowdown=false", f"engine.profile={MACHINE_PROFILE}",
-            f"scheduler.budget={p['budget']}", f"workload.num_requests={p['num_requests']}",
-            f"workload.seed={p['seed']}", *p["overrides"]]
-    sim_cfg = compose_run_config(base + ["tracking=none", "engine.executor=simulated"])
-    sim = bisect_capacity(lambda rate: probe(sim_cfg, rate, [p["seed"]], p["num_requests"], 1), p["target"],
-                          (2.0, 16.0), p["sim_rel_tol"])
-    conditions = []
-    sentinel = SpeedSentinel.for_run(compose_run_config(base))
-    readings = [sentinel.read().ratio]  # before every probe and after the last (experiments/sentinel.py)
-
-    def measure(rate: float) -> dict:
-        res = run_grid("capacity", base + ["tracking.progress=false", "tracking.experiment_name=dvc_capacity"],
-                       [{"workload.rate_per_s": round(rate, 4)}], RUNS)
-        readings.append(sentinel.read().ratio)
-        conditions.extend(res.conditions)
-        row = res.runs.iloc[0]
-        return ({"rate_per_s": float(row["rate_per_s"])} | {k: float(row.get(k, float("nan"))) for k in PROBE_KEYS}
-                | {"sentinel_ratio": geometric_mean(readings[-2:])})
-
-    c = sim.rate_req_per_s
-    real = bisect_capacity(measure, p["target"], (c * 0.96, c * 1.04), p["rel_tol"], widen=p["widen"])
-    # The machine's speed over the whole search, and the simulated capacity of the profile scaled
-    # by it: the same bisection with every predicted step that much longer.
-    scale = geometric_mean(readings)
-    scaled_cfg = compose_run_config(base + ["tracking=none", "engine.executor=simulated",
-                                            f"hardware.step_time_scale={scale}"])
-    scaled = bisect_capacity(lambda rate: probe(scaled_cfg, rate, [p["seed"]], p["num_requests"], 1), p["target"],
-                             (1.0, 16.0), p["sim_rel_tol"])
-    out = OUTPUTS / "capacity"
-    out.mkdir(parents=True, exist_ok=True)
-    table = pd.DataFrame([{"budget": p["budget"], "measured_req_per_s": real.lo_req_per_s,
-                           "simulated_req_per_s": sim.lo_req_per_s,
-                           "ratio": real.lo_req_per_s / sim.lo_req_per_s}])
-    table.to_csv(out / "measured_vs_simulated.csv", index=False, float_format="%.4g")
-    drift = table.assign(sentinel_ratio=scale, simulated_sentinel_scaled_req_per_s=scaled.lo_req_per_s,
-                         ratio_sentinel_scaled=real.lo_req_per_s / scaled.lo_req_per_s,
-                         sentinel_readings=" ".join(f"{r:.4f}" for r in readings))
-    drift.to_csv(out / "sentinel_scaled.csv", index=False, float_format="%.4g")
-    probes = pd.concat([pd.DataFrame(real.probes).assign(executor="torch"),
-                        pd.DataFrame(sim.probes).assign(executor="simulated")])
-    probes.to_csv(out / "probes.csv", index=False, float_format="%.5g")
-    detail = drift.drop(columns="sentinel_readings").assign(measured_fails_at=real.hi_req_per_s,
-                                                            simulated_fails_at=sim.hi_req_per_s)
-    note = (f"MEASURED and SIMULATED on this machine: {p['workload']}, budget {p['budget']}, one seed ({p['seed']}) of "
-            f"{p['num_requests']} requests per probe; capacity = the highest rate at which >= {p['target']:.0%} of "
-            f"requests meet the SLO. Simulated with this machine's profile ({MACHINE_PROFILE}), bisected to "
-            f"{p['sim_rel_tol']:.1%}; measured by bisection to {p['rel_tol']:.0%} from a bracket around the simulated "
-            f"figure ({len(real.probes)} measured probes, each in outputs/capacity/probes.csv). Capacity lies between "
-            f"each pair of columns. Sentinel-scaled: the simulated search again, every predicted step times "
-            f"{scale:.3f}, the geometric mean of {len(readings)} speed-sentinel readings taken before each measured "
-            f"probe and after the last (a short serving replay on the real engine against the profile, over the same "
-            f"replay's reading right after calibration, {sentinel.baseline_ratio:.3f}; "
-            f"{min(readings):.3f}-{max(readings):.3f}).\n\nConditions: {conditions[0]}")
-    (OUTPUTS / "tables").mkdir(exist_ok=True)
-    (OUTPUTS / "tables" / "capacity.md").write_text("### Capacity: measured against simulated, one machine\n\n"
-                                                    + detail.to_markdown(index=False, floatfmt=".3f") + "\n\n"
-                                                    + note + "\n")
-    print(detail.to_string(index=False))
-
+from chunklab.stages.capacity import run
+from chunklab.stages.common import arguments, read_params
 
 if __name__ == "__main__":
-    main()
+    args = arguments(__doc__, "params", "profile", "out", "table")
+    run(read_params(args.params).capacity, profile=args.profile, out_dir=args.out, table_path=args.table)

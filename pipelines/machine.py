@@ -1,25 +1,9 @@
-"""Stage machine: which machine this checkout's measured stages run on (outputs/machine.json).
+"""Stage machine: which machine this is, the measured stages' dependency (chunklab/stages/machine.py).
 
-DVC reruns a stage when a dependency changes, and the machine is not a file: a clone moved
-from an Intel VM to an AMD one would keep the first machine's measured tables. This stage
-runs on every `dvc repro` (always_changed) and writes only what tells machines apart, so
-its output changes exactly when the machine does, and every measured stage, which depends
-on it, reruns then and only then. Simulated stages do not depend on it: they are the same
-on every machine.
+    pipelines/machine.py --out outputs/machine.json
 """
-from __future__ import annotations
-
-from common import OUTPUTS, write_json
-
-from chunklab.calibration.fingerprint import machine_identity
-
-
-def main() -> None:
-    identity = machine_identity()
-    write_json(OUTPUTS / "machine.json", identity)
-    print(f"[machine] {identity['cpu_model']}, {identity['cpu_logical_cores']} logical cores, "
-          f"torch {identity['torch_version']} ({identity['torch_threads']} threads)")
-
+from chunklab.stages.common import arguments
+from chunklab.stages.machine import run
 
 if __name__ == "__main__":
-    main()
+    run(arguments(__doc__, "out").out)

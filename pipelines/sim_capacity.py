@@ -1,71 +1,13 @@
-"""Stage sim_capacity (simulated): capacity of each workload at the chapter's budgets and at its
-tuned settings: the highest Poisson rate at which >= target of the requests meet the SLO, pooled
-over sim.seeds of sim.num_requests requests, bracketed to hi / lo <= 1 + rel_tol.
+"""Stage sim_capacity (simulated): each workload's capacity at the chapter's budgets and at its
+tuned settings (chunklab/stages/sim_capacity.py).
 
-Writes outputs/simulated/capacity/ (capacity.csv, probes.csv, goodput_vs_rate.png) and
-outputs/simulated/tables/capacity.md.
+    pipelines/sim_capacity.py --params params.yaml --tuning outputs/simulated/tuning
+                              --out outputs/simulated/capacity --table outputs/simulated/tables/capacity.md
 """
-from __future__ import annotations
-
-import pandas as pd
-import yaml
-
-from chunklab.experiments.compose import compose_run_config
-from chunklab.experiments.sim_capacity import search_capacity
-from chunklab.metrics.conditions import sim_conditions_line
-from chunklab.report import figures
-from common import SIMULATED, params, write_json
-
-KNOBS = ("budget", "max_partial_prefills", "long_prefill_threshold", "ordering")
-
-
-def settings(workload: str, p: dict) -> list[tuple[str, list[str]]]:
-    """(label, scheduler overrides): the chapter's budgets, then the tuned settings."""
-    out = [(f"budget {b}", [f"scheduler.budget={b}"]) for b in p["budgets"]]
-    best = yaml.safe_load((SIMULATED / "tuning" / f"best_{workload}.yaml").read_text())["best_params"]
-    tuned = [f"{k}={v}" for k, v in best.items()]
-    out.append(("tuned: " + ", ".join(f"{k.split('.')[-1]}={v}" for k, v in best.items()), tuned))
-    return out
-
-
-def main() -> None:
-    p, sim = params("sim_capacity"), params("sim")
-    out = SIMULATED / "capacity"
-    out.mkdir(parents=True, exist_ok=True)
-    caps, probes = [], []
-    for workload in p["workloads"]:
-        for label, overrides in settings(workload, p):
-            cfg = compose_run_config(["engine=simulated", "tracking=none", f"workload={workload}", *overrides,
-                                      *sim["overrides"]])
-            found = search_capacity(cfg, sim["seeds"], sim["num_requests"], p["target"], rel_tol=p["rel_tol"],
-                                    processes=sim["processes"])
-            key = {"workload": workload, "setting": label} | {k: getattr(cfg.scheduler, k) for k in KNOBS}
-            caps.append(key | {"capacity_req_per_s": found.lo_req_per_s, "fails_at_req_per_s": found.hi_req_per_s,
-                               "hi_over_lo": found.hi_req_per_s / found.lo_req_per_s, "probes": len(found.probes)})
-            probes += [key | pr for pr in found.probes]
-            print(f"[sim_capacity] {workload} {label}: [{found.lo_req_per_s:.3f}, {found.hi_req_per_s:.3f}] req/s",
-                  flush=True)
-    caps, probes = pd.DataFrame(caps), pd.DataFrame(probes)
-    caps.to_csv(out / "capacity.csv", index=False, float_format="%.6g")
-    write_json(out / "metrics.json", {f"{r.workload} {r.setting}": round(float(r.capacity_req_per_s), 4)
-                                      for r in caps.itertuples()})
-    probes.to_csv(out / "probes.csv", index=False, float_format="%.6g")
-    figures.versus_rate(probes.assign(budget=probes["setting"]), out / "goodput_vs_rate.png",
-                        [("goodput_req_per_s", "goodput (req/s)"), ("slo_attainment", "SLO attainment")],
-                        title="Simulated: against offered load, by setting (capacity-search probes)")
-    table = caps[["workload", "setting", "capacity_req_per_s", "fails_at_req_per_s", "hi_over_lo"]].rename(columns={
-        "capacity_req_per_s": "capacity (req/s): passes", "fails_at_req_per_s": "fails at (req/s)"})
-    line = sim_conditions_line(compose_run_config(["engine=simulated", *sim["overrides"]]))
-    note = (f"SIMULATED. Capacity: the highest Poisson arrival rate at which >= {p['target']:.0%} of the requests "
-            f"meet the chapter's SLO (TTFT <= 1 s, TPOT <= 50 ms), pooled over seeds {sim['seeds']} of "
-            f"{sim['num_requests']} requests each; bisection in log-rate until hi/lo <= {1 + p['rel_tol']:.2f}. "
-            f"The capacity lies between the two columns. Every probe is in outputs/simulated/capacity/probes.csv."
-            f"\n\nConditions: {line}")
-    (SIMULATED / "tables").mkdir(parents=True, exist_ok=True)
-    (SIMULATED / "tables" / "capacity.md").write_text("### Capacity by configuration (simulated)\n\n"
-                                                      + table.to_markdown(index=False, floatfmt=".3f") + "\n\n"
-                                                      + note + "\n")
-
+from chunklab.stages.common import arguments, read_params
+from chunklab.stages.sim_capacity import run
 
 if __name__ == "__main__":
-    main()
+    args = arguments(__doc__, "params", "tuning", "out", "table")
+    params = read_params(args.params)
+    run(params.sim_capacity, params.sim, tuning_dir=args.tuning, out_dir=args.out, table_path=args.table)

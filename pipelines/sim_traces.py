@@ -1,83 +1,13 @@
-"""Stage sim_traces (simulated): every row of the Azure conversation trace (data/traces/)
-at its own timestamps, per budget, and one time-compressed replay past capacity: per-class
-(long/short prompt) TTFT and slowdown, and the queue length over time.
+"""Stage sim_traces (simulated): the Azure conversation trace replayed whole, per budget and time
+compressed (chunklab/stages/sim_traces.py).
 
-Writes outputs/simulated/traces/ (classes.csv, queue.csv, queue.png) and
-outputs/simulated/tables/traces.md.
+    pipelines/sim_traces.py --params params.yaml --out outputs/simulated/traces
+                            --table outputs/simulated/tables/traces.md
 """
-from __future__ import annotations
-
-import multiprocessing
-
-import numpy as np
-import pandas as pd
-
-from chunklab.engine.build import build_engine
-from chunklab.engine.serve import serve
-from chunklab.experiments.compose import compose_run_config
-from chunklab.metrics.conditions import describe_workload, sim_conditions_line
-from chunklab.metrics.isolation import IsolatedLatency, with_slowdown
-from chunklab.metrics.records import record
-from chunklab.metrics.summary import summarize
-from chunklab.report import figures
-from chunklab.workload import make_requests
-from common import SIMULATED, params
-
-CLASS_KEYS = ["slo_attainment", "ttft_p50_s", "ttft_p99_s", "slowdown_p50", "slowdown_p99", "tpot_p50_s"]
-
-
-def replay(job: tuple[str, int, float, list[str], float]) -> dict:
-    label, budget, time_scale, overrides, bin_s = job
-    cfg = compose_run_config(["engine=simulated", "tracking=none", "workload=azure_conv",
-                              f"workload.trace.time_scale={time_scale}", f"scheduler.budget={budget}", *overrides])
-    requests, stats = make_requests(cfg)
-    engine, _ = build_engine(cfg)
-    result = serve(engine, requests)
-    records = with_slowdown([record(s) for s in result.sequences], IsolatedLatency.measure(engine, requests))
-    s = summarize(records, result.steps, result.makespan_s, cfg.slo)
-    rows = [{"replay": label, "budget": budget, "class": "all", "requests": s["num_requests"]}
-            | {k: s.get(k) for k in CLASS_KEYS}]
-    for cls in ("long", "short"):
-        p = f"class_{cls}_"
-        rows.append({"replay": label, "budget": budget, "class": cls, "requests": s.get(p + "num_requests", 0)}
-                    | {k: s.get(p + k) for k in CLASS_KEYS})
-    start = np.frombuffer(result.steps.columns["start_s"], dtype=float)
-    waiting = np.frombuffer(result.steps.columns["num_waiting"], dtype=np.int64)
-    bins = (start // bin_s).astype(np.int64)
-    queue = pd.DataFrame({"bin": bins, "waiting": waiting}).groupby("bin")["waiting"].max().reset_index()
-    queue = queue.assign(time_s=queue["bin"] * bin_s, replay=label, budget=budget)
-    return {"rows": rows, "queue": queue[["replay", "budget", "time_s", "waiting"]],
-            "workload": describe_workload(cfg), "rows_clipped": stats.num_clipped, "reordered": stats.num_reordered}
-
-
-def main() -> None:
-    p, sim = params("sim_traces"), params("sim")
-    out = SIMULATED / "traces"
-    out.mkdir(parents=True, exist_ok=True)
-    overrides = [f"workload.num_requests={'null' if p['num_requests'] is None else p['num_requests']}",
-                 *p["overrides"]]
-    jobs = [("real time", b, 1.0, overrides, p["timeline_bin_s"]) for b in p["budgets"]]
-    jobs.append((f"time x{p['compressed_time_scale']}", p["compressed_budget"], p["compressed_time_scale"],
-                 overrides, p["timeline_bin_s"]))
-    with multiprocessing.get_context("fork").Pool(sim["processes"]) as pool:
-        results = pool.map(replay, jobs, chunksize=1)
-    classes = pd.DataFrame([row for r in results for row in r["rows"]])
-    queue = pd.concat([r["queue"] for r in results], ignore_index=True)
-    classes.to_csv(out / "classes.csv", index=False, float_format="%.6g")
-    queue.to_csv(out / "queue.csv", index=False, float_format="%.6g")
-    figures.queue_timeline(queue, out / "queue.png")
-    line = sim_conditions_line(compose_run_config(["engine=simulated", *p["overrides"]]))
-    md = ["### The Azure conversation trace, every row (simulated)", "",
-          classes.to_markdown(index=False, floatfmt=".3f"), "",
-          f"SIMULATED. Workload: {results[0]['workload']} ({results[0]['rows_clipped']} prompts clipped to the "
-          f"model's context, {results[0]['reordered']} rows reordered by time). 'real time' replays every row at "
-          f"its own timestamp; 'time x{p['compressed_time_scale']}' replays them {1 / p['compressed_time_scale']:.2f}x "
-          "faster. Slowdown = a request's latency / its latency alone on the idle (simulated) engine. Queue length "
-          f"over time (max per {p['timeline_bin_s']:g} s) is in outputs/simulated/traces/queue.csv and queue.png.",
-          "", f"Conditions: {line}", ""]
-    (SIMULATED / "tables").mkdir(parents=True, exist_ok=True)
-    (SIMULATED / "tables" / "traces.md").write_text("\n".join(md))
-
+from chunklab.stages.common import arguments, read_params
+from chunklab.stages.sim_traces import run
 
 if __name__ == "__main__":
-    main()
+    args = arguments(__doc__, "params", "out", "table")
+    params = read_params(args.params)
+    run(params.sim_traces, params.sim, out_dir=args.out, table_path=args.table)

@@ -1,68 +1,12 @@
-"""Stage token_budget (measured): the chapter's trace on the real engine.
+"""Stage token_budget (measured): the chapter's trace on the real engine at each budget
+(chunklab/stages/token_budget.py).
 
-- small: the chapter's 24-request trace at each budget and seed (its layout, seed spread).
-- large: each budget at the chapter's fixed 8 req/s (and at `loads` of this machine's capacity,
-  if any), `repeats` runs of one seed (the machine's noise), plus `seeds` at 8 req/s (the
-  workload's noise). Fidelity points at loads are the fidelity stage's own.
-
-Predictions (the noise guard) and loads use this machine's profile, outputs/profiles/machine.json.
-
-Every run goes through chunklab.app (the path run.py takes) and is logged to MLflow
-(experiment "dvc_token_budget"). Writes outputs/token_budget/.
+    pipelines/token_budget.py --params params.yaml --profile outputs/profiles/machine.json
+                              --out outputs/token_budget
 """
-from __future__ import annotations
-
-import pandas as pd
-
-from chunklab.experiments.sweep import grid, run_grid
-from common import MACHINE_PROFILE, OUTPUTS, RUNS, params, write_json
-
-
-def intensity(point: dict) -> str:
-    return f"load {point['workload.load']}" if "workload.load" in point else f"{point['workload.rate_per_s']:g} req/s"
-
-
-def large_points(p: dict) -> list[dict]:
-    """Repeats outermost, so a slow spell of this shared machine hits every cell alike."""
-    intensities = [{"workload.rate_per_s": p["rate_per_s"]}] + [{"workload.load": x} for x in p["loads"]]
-    points = []
-    for repeat in range(p["repeats"]):
-        for level in intensities:
-            points += [level | {"scheduler.budget": b, "workload.seed": p["seed"], "repeat": repeat}
-                       for b in p["budgets"]]
-    for seed in p["extra_seeds"]:
-        points += [{"workload.rate_per_s": p["rate_per_s"], "scheduler.budget": b, "workload.seed": seed, "repeat": 0}
-                   for b in p["budgets"]]
-    return points
-
-
-def main() -> None:
-    p = params("token_budget")
-    out = OUTPUTS / "token_budget"
-    out.mkdir(parents=True, exist_ok=True)
-    base = ["experiment=ch10", "tracking.progress=false", "tracking.experiment_name=dvc_token_budget",
-            f"engine.profile={MACHINE_PROFILE}", *p["overrides"]]
-    small = run_grid("budget-small", base + [f"workload.num_requests={p['small_requests']}"],
-                     grid({"scheduler.budget": p["budgets"], "workload.seed": p["seeds"]}), RUNS,
-                     keep_tokens=lambda pt: pt["workload.seed"] == p["seeds"][0])
-    points = large_points(p)
-    large = run_grid("budget-large", base + [f"workload.num_requests={p['large_requests']}", "slowdown=false"],
-                     [{k: v for k, v in pt.items() if k != "repeat"} for pt in points], RUNS, keep_steps=True)
-    large.runs.insert(0, "repeat", [pt["repeat"] for pt in points])
-    large.runs.insert(0, "intensity", [intensity(pt) for pt in points])
-    large.requests.insert(0, "intensity", large.requests["run"].map(lambda i: intensity(points[i])))
-    for frame in (small.runs, small.requests):
-        frame.insert(0, "intensity", f"{p['rate_per_s']:g} req/s")
-    for res, size in ((small, "small"), (large, "large")):
-        res.runs.insert(0, "size", size)
-        res.requests.insert(0, "size", size)
-    pd.concat([small.runs, large.runs]).to_csv(out / "runs.csv", index=False, float_format="%.6g")
-    pd.concat([small.requests, large.requests]).to_csv(out / "requests.csv", index=False, float_format="%.6g")
-    small.tokens.to_csv(out / "tokens.csv", index=False, float_format="%.6g")
-    large.steps.to_csv(out / "steps_large.csv", index=False, float_format="%.5g")  # the noise guard's raw data
-    write_json(out / "conditions.json", {"small": small.conditions[0], "large": large.conditions[0],
-                                         "lines": small.conditions + large.conditions})
-
+from chunklab.stages.common import arguments, read_params
+from chunklab.stages.token_budget import run
 
 if __name__ == "__main__":
-    main()
+    args = arguments(__doc__, "params", "profile", "out")
+    run(read_params(args.params).token_budget, profile=args.profile, out_dir=args.out)

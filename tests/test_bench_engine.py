@@ -1,14 +1,9 @@
-"""The engine micro-benchmark's chunking-by-threads diagnostic (pipelines/bench_engine.py)."""
-import sys
-from pathlib import Path
-
+"""The engine micro-benchmark's chunking-by-threads diagnostic (chunklab/stages/bench_engine.py)."""
 import torch
 
 from chunklab.config import EngineConfig
+from chunklab.stages import bench_engine
 from helpers import MICRO
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pipelines"))
-import bench_engine  # noqa: E402
 
 
 def test_chunking_by_threads_pairs_each_round_and_restores_threads(monkeypatch):

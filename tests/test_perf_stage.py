@@ -1,11 +1,9 @@
-"""The perf stage's prefill ratios (pipelines/perf.py) on a machine whose speed drifts mid-stage."""
-import sys
-from pathlib import Path
+"""The perf stage's prefill ratios (chunklab/stages/perf_limits.py) on a machine whose speed drifts mid-stage."""
+from types import SimpleNamespace
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pipelines"))
-import perf  # noqa: E402
+from chunklab.stages import perf_limits as perf
 
 
 def drifting_machine(monkeypatch, slowdown_after: int):
@@ -34,7 +32,7 @@ def drifting_machine(monkeypatch, slowdown_after: int):
 
 
 def test_ratios_pair_measurements_of_the_same_round_and_the_split_order_flips(monkeypatch):
-    p = {"prompt_tokens": 1536, "chunk_tokens": 64, "repeats": 5, "prefill_samples": 3}
+    p = SimpleNamespace(prompt_tokens=1536, chunk_tokens=64, repeats=5, prefill_samples=3)  # the PerfParams read
     orders = drifting_machine(monkeypatch, slowdown_after=7)  # 5 measurements a round: slows inside round 2
     rounds = perf.prefill(None, p)
     assert orders[::2] == [[1536, 64], [64, 1536], [1536, 64], [64, 1536], [1536, 64]]

@@ -95,7 +95,8 @@ def test_dvc_repro_smoke(tmp_path):
     params["perf"]["trace_overrides"] = ["model=micro", f"workload.trace.path={trace}"]
     params["sim_production"]["overrides"] = [f"workload.trace.path={trace}"]
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
-    env = dict(os.environ, PYTHONPATH=str(repo / "src"), MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db",
+    env = dict(os.environ, PYTHONPATH=str(repo / "src"), CHUNKLAB_PROJECT_DIR=str(repo),  # the clone, not this checkout
+               MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db",
                CHUNKLAB_CAPACITY_REQUESTS="100",  # the fused forward as built for this checkout (same sources)
                CHUNKLAB_EXTENSIONS_DIR=os.environ.get("CHUNKLAB_EXTENSIONS_DIR", str(ROOT / ".cache" / "torch_extensions")))
     git = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True)  # noqa: E731

@@ -1,0 +1,48 @@
+"""Shared by the stage modules: the stage scripts' command line, result files, the scratch folder."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from chunklab.experiments.compose import compose_run_config
+from chunklab.metrics.conditions import sim_conditions_line
+from chunklab.paths import project_dir
+from chunklab.stages.params import Params, ParamsError, load_params
+
+
+def arguments(doc: str, *paths: str, argv: list[str] | None = None) -> argparse.Namespace:
+    """A stage script's command line: each name in paths a required `--name PATH` (underscores
+    written as dashes), parsed from argv (default: sys.argv)."""
+    parser = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
+    for name in paths:
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=Path, required=True, metavar="PATH")
+    return parser.parse_args(argv)
+
+
+def read_params(path: Path) -> Params:
+    """params.yaml typed (params.py); a mismatch ends the stage with its one-line message."""
+    try:
+        return load_params(path)
+    except ParamsError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
+def runs_dir() -> Path:
+    """Per-run folders of pipeline runs (ignored by git): scratch, never a stage's output."""
+    return project_dir() / "runs" / "dvc"
+
+
+def write_json(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def simulated_conditions(overrides: list[str]) -> str:
+    """The conditions line of a simulated run with these overrides (the sim_* tables' last line)."""
+    return sim_conditions_line(compose_run_config(["engine=simulated", *overrides]))

@@ -1,0 +1,141 @@
+"""Stage fidelity (measured, then simulated): the real engine at fixed points, each repeated,
+against the simulated engine on the same workloads with this machine's profile.
+
+Points (params.yaml `fidelity`): the ch10 mix at loads of this machine's capacity and budgets,
+and a slice of the conversation trace at its own timestamps. Each is measured `repeats` times
+(same seed: the machine's noise) and simulated once with the profile fit on probe shapes and
+serving replays (outputs/profiles/machine.json) and once with its probe-only fit (the "before").
+Two comparisons: percentiles against the repeats' median (fidelity.csv), and per request,
+paired by id (paired.csv). The measured steps score both fits on steps neither saw.
+The tables and the prose around them: stages/fidelity_tables.py.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from chunklab.experiments.compose import compose_run_config
+from chunklab.experiments.sentinel import SpeedSentinel, geometric_mean
+from chunklab.experiments.simulate import simulate_many, simulate_requests
+from chunklab.experiments.sweep import run_grid
+from chunklab.metrics.conditions import sim_conditions_line
+from chunklab.report import figures
+from chunklab.report.fidelity import drift_table, paired_errors, paired_table, repeat_floor
+from chunklab.stages.common import runs_dir, write_json, write_text
+from chunklab.stages.fidelity_tables import (SCALED, SENTINEL, markdown, metrics, percentile_table,
+                                             step_errors)
+from chunklab.stages.params import FidelityParams
+
+
+def points(p: FidelityParams) -> list[tuple[str, dict]]:
+    """(label, overrides) of every point, named as paired.csv names them."""
+    out = []
+    extra = lambda overrides: dict(o.split("=", 1) for o in overrides)  # noqa: E731
+    for budget, load in p.points:
+        out.append((f"{p.workload} b{budget} load {load:g}",
+                    {"experiment": "ch10", "workload": p.workload, "workload.num_requests": p.num_requests,
+                     "workload.seed": p.seed, "workload.load": load, "scheduler.budget": budget}
+                    | extra(p.mix_overrides)))
+    t = p.trace
+    out.append((f"azure_conv b{t.budget} rows {t.start_offset}-{t.start_offset + t.rows}",
+                {"workload": "azure_conv", "slo": "ch10", "workload.num_requests": t.rows,
+                 "workload.trace.start_offset": t.start_offset, "scheduler.budget": t.budget}
+                | extra(t.overrides)))
+    return out
+
+
+def sim_config(sim_base: list[str], pt: dict, rate_per_s: float, step_time_scale: float = 1.0):
+    """A point's simulated run at the rate its measured runs resolved (not its load: capacity
+    is the profile's, and a scaled profile has another)."""
+    return compose_run_config(sim_base + [f"{k}={v}" for k, v in pt.items() if k != "workload.load"]
+                              + ([f"workload.rate_per_s={rate_per_s}"] if "workload.load" in pt else [])
+                              + ([f"hardware.step_time_scale={step_time_scale}"] if step_time_scale != 1.0 else []))
+
+
+def run(p: FidelityParams, profile: Path, probe_only_profile: Path, out_dir: Path, table_path: Path) -> None:
+    """Writes out_dir (fidelity.csv, paired.csv, paired_before_after.csv, runs.csv, requests_measured.csv,
+    step_error.csv, drift.csv, fidelity_sentinel_scaled.csv, conditions.json, fidelity.png, metrics.json)
+    and the table at table_path. profile: this machine's profile (fit on probe shapes and serving
+    replays), probe_only_profile: its probe-only fit; both named in the conditions as given."""
+    profiles = {"probe + serving": profile, "probe only": probe_only_profile}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    base = ["tracking.progress=false", "tracking.experiment_name=dvc_fidelity", "slowdown=false",
+            f"engine.profile={profile}", *p.overrides]
+    pts = points(p)
+    order = [(r, label, pt) for r in range(p.repeats) for label, pt in pts]  # repeats outermost: drift hits all
+    sentinel = SpeedSentinel.for_run(compose_run_config(base))
+    readings = []
+    read = lambda i: readings.append(sentinel.read()) or {"sentinel_before": readings[-1].ratio}  # noqa: E731
+    res = run_grid("fidelity", base, [pt for _, _, pt in order], runs_dir(), keep_steps=True, before_each=read)
+    read(len(order))  # after the last run
+    # each run's speed: the geometric mean of the sentinels read just before and just after it
+    res.runs["sentinel_after"] = [r.ratio for r in readings[1:]]
+    res.runs["sentinel_ratio"] = [geometric_mean([a.ratio, b.ratio]) for a, b in zip(readings, readings[1:])]
+    labels = [label for _, label, _ in order]
+    res.runs.insert(0, "repeat", [r for r, _, _ in order])
+    res.runs.insert(0, "point", labels)
+    res.requests.insert(0, "repeat", res.requests["run"].map(lambda i: order[i][0]))
+    res.requests.insert(0, "point", res.requests["run"].map(lambda i: labels[i]))
+    # Simulated at the very rates the measured runs resolved (same seed, same requests).
+    rates = res.runs.groupby("point", sort=False)["rate_per_s"].first()
+    sims, paired, tables, errors, runs = {}, {}, {}, {}, [res.runs.assign(executor="torch")]
+    for fit, fit_profile in profiles.items():
+        sim_base = ["tracking=none", "slowdown=false", f"engine.profile={fit_profile}", *p.overrides]
+        cfgs = [sim_config(sim_base, pt, rates[label]) for label, pt in pts]
+        sims[fit] = simulate_many(cfgs, p.processes, fn=simulate_requests)
+        sim_req = pd.concat([pd.DataFrame(reqs).assign(point=label) for (label, _), (_, reqs) in zip(pts, sims[fit])])
+        errors[fit] = paired_errors(res.requests, sim_req)
+        paired[fit] = paired_table(errors[fit])
+        sim_runs = pd.DataFrame([{"point": label, "budget": pt["scheduler.budget"], "rate_per_s": rates[label]} | summary
+                                 for (label, pt), (summary, _) in zip(pts, sims[fit])]).assign(executor="simulated")
+        runs.append(sim_runs.assign(fit=fit))
+        tables[fit] = percentile_table(res.runs, sim_runs)
+        if fit == "probe + serving":  # the profile the tables' main columns come from
+            cond_lines = {"simulated": sim_conditions_line(cfgs[0])}
+            # Drift-aware: each measured repeat against a simulation of its own, the profile's
+            # step times scaled by that repeat's sentinel (and, as a check that cannot be a
+            # prediction, by the repeat's own measured / predicted step ratio).
+            for name, column in SCALED.items():
+                scaled = [sim_config(sim_base, pt, rates[label], scale)
+                          for (_, label, pt), scale in zip(order, res.runs[column])]
+                result = simulate_many(scaled, p.processes, fn=simulate_requests)
+                sim_req = pd.concat([pd.DataFrame(reqs).assign(point=label, repeat=r)
+                                     for (r, label, _), (_, reqs) in zip(order, result)])
+                errors[name] = paired_errors(res.requests, sim_req, per_repeat=True)
+                paired[name] = paired_table(errors[name])
+                scaled_runs = pd.DataFrame([{"point": label, "repeat": r, "budget": pt["scheduler.budget"],
+                                             "rate_per_s": rates[label], "step_time_scale": scale} | summary
+                                            for (r, label, pt), scale, (summary, _)
+                                            in zip(order, res.runs[column], result)]).assign(executor="simulated")
+                runs.append(scaled_runs.assign(fit=f"probe + serving, {name}"))
+                tables[name] = percentile_table(res.runs, scaled_runs.groupby("point", sort=False).median(
+                    numeric_only=True).reset_index().assign(executor="simulated"))
+                cond_lines[f"simulated ({name})"] = sim_conditions_line(scaled[0]) + (
+                    f"; each repeat its own scale ({column}: {res.runs[column].min():.3f}-{res.runs[column].max():.3f})"
+                    + (f", each reading over the sentinel's right after calibration, {sentinel.baseline_ratio:.3f}"
+                       if column == "sentinel_ratio" else ""))
+    drift = drift_table(res.runs, {"": errors["probe + serving"]} | {name: errors[name] for name in SCALED})
+    steps = res.steps.assign(point=res.steps["run"].map(lambda i: labels[i]))
+    step_err = step_errors(steps, profile)
+    paired["probe + serving"][["point", "metric", "median_rel_error", "p90_rel_error", "n"]].to_csv(
+        out_dir / "paired.csv", index=False, float_format="%.4g")
+    floor = repeat_floor(res.requests)
+    both = pd.concat([t.assign(fit=f) for f, t in paired.items()] + [floor.assign(fit="measured repeat vs repeat")])
+    both.to_csv(out_dir / "paired_before_after.csv", index=False, float_format="%.4g")
+    table = tables["probe + serving"]
+    table.to_csv(out_dir / "fidelity.csv", index=False, float_format="%.6g")
+    tables[SENTINEL].to_csv(out_dir / "fidelity_sentinel_scaled.csv", index=False, float_format="%.6g")
+    pd.concat(runs).to_csv(out_dir / "runs.csv", index=False, float_format="%.6g")
+    res.requests.drop(columns=["gaps_s"]).to_csv(out_dir / "requests_measured.csv", index=False, float_format="%.6g")
+    step_err.to_csv(out_dir / "step_error.csv", index=False, float_format="%.4g")
+    drift.to_csv(out_dir / "drift.csv", index=False, float_format="%.4g")
+    lines = {"measured": res.conditions[0]} | cond_lines
+    (out_dir / "conditions.json").write_text(json.dumps(lines, indent=2) + "\n")
+    figures.fidelity(table[~table["point"].str.startswith("azure")], out_dir / "fidelity.png")
+    write_json(out_dir / "metrics.json", metrics(paired["probe + serving"], table)
+               | {f"{k} ({SENTINEL})": v for k, v in metrics(paired[SENTINEL], tables[SENTINEL]).items()})
+    md = markdown(p, paired, floor, tables, step_err, drift, lines)
+    write_text(table_path, md)
+    print(md)

@@ -1,0 +1,298 @@
+"""params.yaml, read one typed way: one dataclass per section, checked whole on load.
+
+Every stage reads its sections through `load_params`. A key the dataclass does not name, a
+missing key without a default, or a value of the wrong type is a ParamsError whose message is
+one line naming the file and the key (`params.yaml: sim_maps.loads[2]: expected float, got 'x'`).
+Values are never reshaped: an int given for a float becomes that float, nothing else is coerced.
+Defaults exist only where a stage has always treated the key as optional.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Union
+
+import yaml
+
+
+class ParamsError(ValueError):
+    """A params.yaml that does not match its dataclasses; the message is one line."""
+
+
+Section = dataclass(frozen=True, kw_only=True)
+
+
+def _overrides() -> list[str]:
+    return field(default_factory=list)
+
+
+@Section
+class CalibrateParams:
+    seed: int
+    num_random_shapes: int
+    rounds: int
+    burst: int
+    held_out_share: float
+    replay_requests: int
+    overrides: list[str]
+
+
+@Section
+class FidelityTrace:
+    rows: int
+    start_offset: int
+    budget: int
+    overrides: list[str] = _overrides()
+
+
+@Section
+class FidelityParams:
+    workload: str
+    num_requests: int
+    seed: int
+    repeats: int
+    points: list[tuple[int, float]]  # (budget, load of this machine's capacity)
+    trace: FidelityTrace
+    processes: int
+    mix_overrides: list[str] = _overrides()
+    overrides: list[str]
+
+
+@Section
+class PrefillSplitParams:
+    prompt_tokens: int
+    chunk_tokens: list[int]
+    attention: list[str]
+    repeats: int
+    overrides: list[str] = _overrides()
+
+
+@Section
+class TokenBudgetParams:
+    budgets: list[int]
+    seeds: list[int]
+    small_requests: int
+    large_requests: int
+    seed: int
+    repeats: int
+    extra_seeds: list[int]
+    rate_per_s: float
+    loads: list[float]
+    overrides: list[str]
+
+
+@Section
+class PerfPeerParams:
+    repeats: int
+    prompt_tokens: int
+    prefill_chunks: list[int]
+    static_batch: int
+    static_prompt_tokens: int
+    static_new_tokens: int
+    static_budget: int
+    serve_requests: int
+    serve_repeats: int = 1
+    rate_per_s: float
+    seed: int
+    budgets: list[int]
+
+
+@Section
+class PerfParams:
+    repeats: int
+    prefill_samples: int
+    prompt_tokens: int
+    chunk_tokens: int
+    decode_context: int
+    overhead_requests: int
+    hf_prompt_tokens: int
+    hf_new_tokens: int
+    rss_requests: tuple[int, int]  # (small, large)
+    budgets: list[int]
+    sim_requests: int
+    sim_trace_rows: int | None  # None: every row
+    trace_overrides: list[str]
+    time_build: bool
+    peer: PerfPeerParams
+    overrides: list[str] = _overrides()
+
+
+@Section
+class CapacityParams:
+    workload: str
+    budget: int
+    num_requests: int
+    seed: int
+    target: float
+    rel_tol: float
+    widen: float
+    sim_rel_tol: float
+    overrides: list[str]
+
+
+@Section
+class SimParams:
+    seeds: list[int]
+    num_requests: int
+    processes: int
+    overrides: list[str]
+
+
+@Section
+class SimTuningParams:
+    workloads: list[str]
+    n_trials: int
+    load: float
+    seed: int
+
+
+@Section
+class SimCapacityParams:
+    workloads: list[str]
+    budgets: list[int]
+    target: float
+    rel_tol: float
+
+
+@Section
+class SimMapsParams:
+    workloads: list[str]
+    budgets: list[int]
+    loads: list[float]
+
+
+@Section
+class SimTracesParams:
+    budgets: list[int]
+    compressed_budget: int
+    compressed_time_scale: float
+    timeline_bin_s: float
+    num_requests: int | None  # None: every row
+    overrides: list[str]
+
+
+@Section
+class CostModelsParams:
+    cpu_overrides: list[str]
+
+
+@Section
+class PublishedSlo:
+    name: str
+    p99_tbt_s: float
+    budget: int
+    published_ratio: str
+
+
+@Section
+class PublishedParams:
+    model: str
+    hardware: str
+    workload: str
+    overrides: list[str]
+    median_delay_s: float
+    vllm: dict[str, int | str]  # scheduler knobs of each side
+    sarathi: dict[str, int | str]
+    slos: list[PublishedSlo]
+
+
+@Section
+class SimProductionParams:
+    pairs: list[tuple[str, str]]  # (model, hardware)
+    workloads: list[str]
+    trace_workloads: list[str]
+    trace_rows: int
+    num_requests: int
+    seeds: list[int]
+    slo: str
+    target: float
+    capacity_rel_tol: float
+    budgets: list[int]
+    loads: list[float]
+    table_load: float
+    processes: int
+    overrides: list[str]
+    published: PublishedParams
+
+
+@Section
+class Params:
+    calibrate: CalibrateParams
+    fidelity: FidelityParams
+    prefill_split: PrefillSplitParams
+    token_budget: TokenBudgetParams
+    perf: PerfParams
+    capacity: CapacityParams
+    sim: SimParams
+    sim_tuning: SimTuningParams
+    sim_capacity: SimCapacityParams
+    sim_maps: SimMapsParams
+    sim_traces: SimTracesParams
+    cost_models: CostModelsParams
+    sim_production: SimProductionParams
+
+
+def load_params(path: str | Path) -> Params:
+    """Every section of the params file at path, typed; ParamsError (one line) on any mismatch."""
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ParamsError(f"{path}: unreadable: {' '.join(str(exc).split())}") from None
+    try:
+        return typed(Params, doc, "")
+    except ParamsError as exc:
+        raise ParamsError(f"{path}: {exc}") from None
+
+
+def typed(tp, value, where: str):
+    """value checked against the type tp (dataclass, list, tuple, dict, union, scalar) and built."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if dataclasses.is_dataclass(tp):
+        return _section(tp, value, where)
+    if origin in (Union, types.UnionType):
+        for option in args:
+            try:
+                return typed(option, value, where)
+            except ParamsError:
+                pass
+    elif origin is list and isinstance(value, list):
+        return [typed(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
+    elif origin is tuple and isinstance(value, list) and len(value) == len(args):
+        return tuple(typed(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+    elif origin is dict and isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: typed(args[1], v, f"{where}.{k}") for k, v in value.items()}
+    elif tp is type(None) and value is None:
+        return None
+    elif tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    elif tp in (int, str, bool) and type(value) is tp:
+        return value
+    raise ParamsError(f"{where}: expected {_name(tp)}, got {value!r}")
+
+
+def _section(cls, value, where: str):
+    if not isinstance(value, dict):
+        raise ParamsError(f"{where or 'the file'}: expected a mapping of {cls.__name__}, got {value!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    prefix = f"{where}." if where else ""
+    unknown = [k for k in value if k not in fields]
+    if unknown:
+        raise ParamsError(f"{prefix}{unknown[0]}: unknown key (known: {', '.join(fields)})")
+    missing = [name for name, f in fields.items() if name not in value
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ParamsError(f"{prefix}{missing[0]}: missing")
+    return cls(**{k: typed(hints[k], v, f"{prefix}{k}") for k, v in value.items()})
+
+
+def _name(tp) -> str:
+    if dataclasses.is_dataclass(tp):
+        return f"a mapping of {tp.__name__}"
+    if tp is type(None):
+        return "null"
+    return str(tp) if typing.get_args(tp) else tp.__name__

@@ -1,0 +1,62 @@
+"""Stage sim_capacity (simulated): capacity of each workload at the chapter's budgets and at its
+tuned settings: the highest Poisson rate at which >= target of the requests meet the SLO, pooled
+over sim.seeds of sim.num_requests requests, bracketed to hi / lo <= 1 + rel_tol."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from chunklab.experiments.compose import compose_run_config
+from chunklab.experiments.sim_capacity import search_capacity
+from chunklab.report import figures
+from chunklab.stages.common import simulated_conditions, write_json, write_text
+from chunklab.stages.params import SimCapacityParams, SimParams
+
+KNOBS = ("budget", "max_partial_prefills", "long_prefill_threshold", "ordering")
+
+
+def settings(workload: str, p: SimCapacityParams, tuning_dir: Path) -> list[tuple[str, list[str]]]:
+    """(label, scheduler overrides): the chapter's budgets, then the tuned settings (sim_tuning's
+    best_<workload>.yaml in tuning_dir)."""
+    out = [(f"budget {b}", [f"scheduler.budget={b}"]) for b in p.budgets]
+    best = yaml.safe_load((tuning_dir / f"best_{workload}.yaml").read_text())["best_params"]
+    tuned = [f"{k}={v}" for k, v in best.items()]
+    out.append(("tuned: " + ", ".join(f"{k.split('.')[-1]}={v}" for k, v in best.items()), tuned))
+    return out
+
+
+def run(p: SimCapacityParams, sim: SimParams, tuning_dir: Path, out_dir: Path, table_path: Path) -> None:
+    """Writes out_dir (capacity.csv, probes.csv, metrics.json, goodput_vs_rate.png) and the table."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    caps, probes = [], []
+    for workload in p.workloads:
+        for label, overrides in settings(workload, p, tuning_dir):
+            cfg = compose_run_config(["engine=simulated", "tracking=none", f"workload={workload}", *overrides,
+                                      *sim.overrides])
+            found = search_capacity(cfg, sim.seeds, sim.num_requests, p.target, rel_tol=p.rel_tol,
+                                    processes=sim.processes)
+            key = {"workload": workload, "setting": label} | {k: getattr(cfg.scheduler, k) for k in KNOBS}
+            caps.append(key | {"capacity_req_per_s": found.lo_req_per_s, "fails_at_req_per_s": found.hi_req_per_s,
+                               "hi_over_lo": found.hi_req_per_s / found.lo_req_per_s, "probes": len(found.probes)})
+            probes += [key | pr for pr in found.probes]
+            print(f"[sim_capacity] {workload} {label}: [{found.lo_req_per_s:.3f}, {found.hi_req_per_s:.3f}] req/s",
+                  flush=True)
+    caps, probes = pd.DataFrame(caps), pd.DataFrame(probes)
+    caps.to_csv(out_dir / "capacity.csv", index=False, float_format="%.6g")
+    write_json(out_dir / "metrics.json", {f"{r.workload} {r.setting}": round(float(r.capacity_req_per_s), 4)
+                                          for r in caps.itertuples()})
+    probes.to_csv(out_dir / "probes.csv", index=False, float_format="%.6g")
+    figures.versus_rate(probes.assign(budget=probes["setting"]), out_dir / "goodput_vs_rate.png",
+                        [("goodput_req_per_s", "goodput (req/s)"), ("slo_attainment", "SLO attainment")],
+                        title="Simulated: against offered load, by setting (capacity-search probes)")
+    table = caps[["workload", "setting", "capacity_req_per_s", "fails_at_req_per_s", "hi_over_lo"]].rename(columns={
+        "capacity_req_per_s": "capacity (req/s): passes", "fails_at_req_per_s": "fails at (req/s)"})
+    note = (f"SIMULATED. Capacity: the highest Poisson arrival rate at which >= {p.target:.0%} of the requests "
+            f"meet the chapter's SLO (TTFT <= 1 s, TPOT <= 50 ms), pooled over seeds {sim.seeds} of "
+            f"{sim.num_requests} requests each; bisection in log-rate until hi/lo <= {1 + p.rel_tol:.2f}. "
+            f"The capacity lies between the two columns. Every probe is in outputs/simulated/capacity/probes.csv."
+            f"\n\nConditions: {simulated_conditions(sim.overrides)}")
+    write_text(table_path, "### Capacity by configuration (simulated)\n\n"
+               + table.to_markdown(index=False, floatfmt=".3f") + "\n\n" + note + "\n")
