@@ -7,6 +7,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from chunklab.config import ConfigError, RunConfig
 from chunklab.experiments.prepare import prepare
+from chunklab.metrics.conditions import sim_conditions_line
 from chunklab.paths import MARKER, project_dir
 from chunklab.schema import error_line, register, to_run_config
 
@@ -22,3 +23,8 @@ def compose_run_config(overrides: list[str]) -> RunConfig:
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(error_line(err)) from None
     return prepare(to_run_config(cfg))
+
+
+def simulated_conditions(overrides: list[str]) -> str:
+    """The conditions line of a simulated run with these overrides (the sim_* tables' last line)."""
+    return sim_conditions_line(compose_run_config(["engine=simulated", *overrides]))

@@ -44,7 +44,7 @@ import torch
 
 from chunklab.config import ModelConfig
 from chunklab.model.linear_plan import LIBRARIES, LinearPlan, linear_shapes, onednn_linear, pack
-from chunklab.model.native import NativeUnavailable, build_directory, extension_name, load_extension
+from chunklab.model.native import build_directory, build_now, extension_name, load_extension
 from chunklab.paths import in_project
 
 # rung r covers steps of r rows up to the next rung; 512 is a budget-512 step's and a row tile's size
@@ -154,11 +154,7 @@ def resolve(choice: str, m: ModelConfig, threads: int) -> LinearPlan:
     return probed_plan(m, threads) if choice == "auto" else LinearPlan.single(choice)
 
 
-if __name__ == "__main__":  # `python -m chunklab.model.linear_library`: build the fused forward now (make setup does), and probe
-    try:
-        print(f"fused forward ready: {load_extension().__file__}")
-    except NativeUnavailable as exc:
-        print(f"fused forward unavailable, runs will use eager torch ops: {exc}")
-    else:
+if __name__ == "__main__":  # `python -m chunklab.model.linear_library`: build the fused forward (make setup does), and probe
+    if build_now():
         print(f"linear layers on this machine: {probed_plan(ModelConfig(), torch.get_num_threads()).describe()} "
               "(engine.linear_library=auto; probed once, cached in .cache/linear_library/)")

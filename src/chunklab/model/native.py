@@ -141,3 +141,16 @@ class FusedForward:
                                 self.packed, self.panels, library, self.prefill_attention,
                                 list(range(T)) if sample_rows is None else sample_rows, self.scratch)
 
+
+def build_now() -> bool:
+    """Builds (or loads) the fused forward now and says so; False where it cannot run here."""
+    try:
+        print(f"fused forward ready: {load_extension().__file__}")
+        return True
+    except NativeUnavailable as exc:
+        print(f"fused forward unavailable, runs will use eager torch ops: {exc}")
+        return False
+
+
+if __name__ == "__main__":  # `python -m chunklab.model.native`: build now (linear_library's main also probes)
+    build_now()

@@ -22,14 +22,13 @@ from chunklab.experiments.compose import compose_run_config
 from chunklab.metrics.summary import all_gaps
 from chunklab.metrics.records import percentile
 from chunklab.peers import vllm_peer
+from chunklab.peers.labels import AFTER_LABEL, BEFORE_COLUMN, BEFORE_LABEL
 from chunklab.workload import make_requests
 
 # before issue 19: every linear layer through MKL, prefill chunks through ATen's SDPA; after: the
 # defaults (this machine's probed GEMM library per batch size, the paged prefill kernel)
 VARIANTS = {"before": EngineConfig(linear_library="mkl", prefill_attention="sdpa"), "after": EngineConfig()}
 # the labels every table and sentence uses for the two (perf.csv, perf_vs_vllm.csv, the REPORT)
-BEFORE_LABEL, AFTER_LABEL = "MKL linear, SDPA prefill", "probed linear, paged prefill"
-BEFORE_COLUMN = f"chunklab before ({BEFORE_LABEL})"
 
 
 def latency(records) -> dict[str, float]:

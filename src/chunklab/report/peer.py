@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from chunklab.peers.compare import AFTER_LABEL, BEFORE_COLUMN, BEFORE_LABEL
+from chunklab.peers.labels import AFTER_LABEL, BEFORE_COLUMN, BEFORE_LABEL
 
 
 def peer_findings(outputs: Path) -> list[str]:

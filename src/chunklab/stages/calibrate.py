@@ -21,7 +21,7 @@ import pandas as pd
 from chunklab.calibration.fit import split
 from chunklab.calibration.machine import machine_profile_path, write_profile
 from chunklab.calibration.profile import HELD_OUT_REPLAYS, CalibrationSettings, calibrate
-from chunklab.engine.cost_model import probe_only
+from chunklab.engine.cost_models.linear import probe_only
 from chunklab.engine.step_shape import FEATURES
 from chunklab.experiments.compose import compose_run_config
 from chunklab.stages.common import write_json
@@ -29,11 +29,10 @@ from chunklab.stages.params import CalibrateParams
 
 
 def run(p: CalibrateParams, out_dir: Path) -> None:
-    # The profile being made cannot guard its own calibration: name a path, not auto.
-    cfg = compose_run_config(["tracking=none", "engine.profile=outputs/profiles/cpu.json", *p.overrides])
+    cfg = compose_run_config(["tracking=none", *p.overrides])  # the model and compute path to calibrate
     settings = CalibrationSettings(seed=p.seed, num_random_shapes=p.num_random_shapes, rounds=p.rounds,
                                    burst=p.burst, held_out_share=p.held_out_share, replay_requests=p.replay_requests)
-    cal = calibrate(cfg, settings)
+    cal = calibrate(cfg.model, cfg.engine, settings)
     write_profile(cal.profile, out_dir / "machine.json")
     # its baseline is the stored fit's: the probe-only fit is never read with a sentinel
     write_profile({k: v for k, v in probe_only(cal.profile).items() if k != "sentinel"},

@@ -6,7 +6,7 @@ the SLO. Simulated: bisection to sim_rel_tol (exact, seconds). Measured: bisecti
 bracket around the simulated figure (widened by `widen` steps until it holds) to rel_tol; each
 probe is one real run of num_requests requests, long enough to build a queue.
 
-A speed sentinel (experiments/sentinel.py) is read before every measured probe and after the
+A speed sentinel (calibration/sentinel.py) is read before every measured probe and after the
 last; the simulated search runs again with every step scaled by their geometric mean.
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 import pandas as pd
 
 from chunklab.experiments.compose import compose_run_config
-from chunklab.experiments.sentinel import SpeedSentinel, geometric_mean
-from chunklab.experiments.sim_capacity import bisect_capacity, probe
+from chunklab.calibration.sentinel import SpeedSentinel, geometric_mean
+from chunklab.experiments.capacity import bisect, probe
 from chunklab.experiments.sweep import run_grid
 from chunklab.stages.common import runs_dir, write_text
 from chunklab.stages.params import CapacityParams
@@ -33,11 +33,11 @@ def run(p: CapacityParams, profile: Path, out_dir: Path, table_path: Path) -> No
             f"scheduler.budget={p.budget}", f"workload.num_requests={p.num_requests}",
             f"workload.seed={p.seed}", *p.overrides]
     sim_cfg = compose_run_config(base + ["tracking=none", "engine.executor=simulated"])
-    sim = bisect_capacity(lambda rate: probe(sim_cfg, rate, [p.seed], p.num_requests, 1), p.target,
+    sim = bisect(lambda rate: probe(sim_cfg, rate, [p.seed], 1), p.target,
                           (2.0, 16.0), p.sim_rel_tol)
     conditions = []
     sentinel = SpeedSentinel.for_run(compose_run_config(base))
-    readings = [sentinel.read().ratio]  # before every probe and after the last (experiments/sentinel.py)
+    readings = [sentinel.read().ratio]  # before every probe and after the last (calibration/sentinel.py)
 
     def measure(rate: float) -> dict:
         res = run_grid("capacity", base + ["tracking.progress=false", "tracking.experiment_name=dvc_capacity"],
@@ -49,13 +49,13 @@ def run(p: CapacityParams, profile: Path, out_dir: Path, table_path: Path) -> No
                 | {"sentinel_ratio": geometric_mean(readings[-2:])})
 
     c = sim.rate_req_per_s
-    real = bisect_capacity(measure, p.target, (c * 0.96, c * 1.04), p.rel_tol, widen=p.widen)
+    real = bisect(measure, p.target, (c * 0.96, c * 1.04), p.rel_tol, widen=p.widen)
     # The machine's speed over the whole search, and the simulated capacity of the profile scaled
     # by it: the same bisection with every predicted step that much longer.
     scale = geometric_mean(readings)
     scaled_cfg = compose_run_config(base + ["tracking=none", "engine.executor=simulated",
                                             f"hardware.step_time_scale={scale}"])
-    scaled = bisect_capacity(lambda rate: probe(scaled_cfg, rate, [p.seed], p.num_requests, 1), p.target,
+    scaled = bisect(lambda rate: probe(scaled_cfg, rate, [p.seed], 1), p.target,
                              (1.0, 16.0), p.sim_rel_tol)
     out_dir.mkdir(parents=True, exist_ok=True)
     table = pd.DataFrame([{"budget": p.budget, "measured_req_per_s": real.lo_req_per_s,

@@ -5,8 +5,6 @@ import argparse
 import json
 from pathlib import Path
 
-from chunklab.experiments.compose import compose_run_config
-from chunklab.metrics.conditions import sim_conditions_line
 from chunklab.paths import project_dir
 from chunklab.stages.params import Params, ParamsError, load_params
 
@@ -41,8 +39,3 @@ def write_json(path: Path, data) -> None:
 def write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-
-
-def simulated_conditions(overrides: list[str]) -> str:
-    """The conditions line of a simulated run with these overrides (the sim_* tables' last line)."""
-    return sim_conditions_line(compose_run_config(["engine=simulated", *overrides]))

@@ -1,4 +1,4 @@
-"""Stage cost_models: the roofline cost model (engine/roofline.py) fit where measurements exist.
+"""Stage cost_models: the roofline cost model (engine/cost_models/roofline.py) fit where measurements exist.
 
 - H100: the GEMM and elementwise efficiencies fit on Vidur's measured operator times of
   Llama-2-7B (data/profiles/vidur/), scored per operator on held-out token counts.

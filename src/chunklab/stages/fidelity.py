@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from chunklab.experiments.compose import compose_run_config
-from chunklab.experiments.sentinel import SpeedSentinel, geometric_mean
+from chunklab.calibration.sentinel import SpeedSentinel, geometric_mean
 from chunklab.experiments.simulate import simulate_many, simulate_requests
 from chunklab.experiments.sweep import run_grid
 from chunklab.metrics.conditions import sim_conditions_line

@@ -1,12 +1,14 @@
 """The fidelity stage's tables: percentiles, per-step errors, its metrics and its markdown."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from chunklab.engine.cost_models.linear import LinearCostModel, probe_only, read_profile
+from chunklab.engine.step_log import FEATURE_PREFIX
+from chunklab.engine.step_shape import FEATURES
 from chunklab.report.fidelity import drift_correlation, fidelity_table, step_error_table
 from chunklab.stages.params import FidelityParams
 
@@ -23,11 +25,12 @@ def percentile_table(measured: pd.DataFrame, simulated: pd.DataFrame) -> pd.Data
 def step_errors(steps: pd.DataFrame, profile: Path) -> pd.DataFrame:
     """Both fits of the profile at path `profile` scored on every measured step (no fit saw these
     runs): by step kind."""
-    doc = json.loads(profile.read_text())
-    x = steps[[c for c in steps.columns if c.startswith("f_")]].to_numpy()
+    doc, _ = read_profile(profile)
+    x = steps[[FEATURE_PREFIX + name for name in FEATURES]].to_numpy()
     frames = []
-    for fit, part in (("probe only", "probe_only"), ("probe + serving", "model")):
-        pred = x @ np.array(doc[part]["coefficients_s"])
+    for fit, fit_doc in (("probe only", probe_only(doc)), ("probe + serving", doc)):
+        model = LinearCostModel.from_profile(fit_doc)  # the cost model's own prediction, not a copy of it
+        pred = np.array([model.predict_features(row) for row in x])
         frames.append(step_error_table(steps.assign(predicted_s=pred)).assign(fit=fit))
         all_err = np.abs(steps["duration_s"].to_numpy() - pred) / steps["duration_s"].to_numpy()
         frames.append(pd.DataFrame([{"step kind": "all steps", "steps": len(steps), "fit": fit,
@@ -72,7 +75,7 @@ def markdown(p: FidelityParams, paired: dict, floor: pd.DataFrame, tables: dict,
         f"\"({SENTINEL})\": each measured repeat against a simulation of its own whose every step time is the "
         "profile's times that repeat's speed sentinel (a short serving replay on the real engine just before "
         "and just after the repeat, over the same replay's reading right after calibration, "
-        "experiments/sentinel.py; never the repeat's own steps). "
+        "calibration/sentinel.py; never the repeat's own steps). "
         "\"(repeat vs repeat)\": the same error between two measured repeats of the point, request by request: "
         "this machine's noise floor.", "",
         pb.to_markdown(index=False, floatfmt=".3f"), "",

@@ -12,7 +12,7 @@ import pandas as pd
 
 from chunklab import bench
 from chunklab.app import run_experiment
-from chunklab.calibration.fingerprint import torch_threads
+from chunklab.engine.model_runner import torch_threads
 from chunklab.config import EngineConfig
 from chunklab.experiments.compose import compose_run_config
 from chunklab.metrics.conditions import conditions, conditions_line

@@ -3,15 +3,16 @@ tuned settings: the highest Poisson rate at which >= target of the requests meet
 over sim.seeds of sim.num_requests requests, bracketed to hi / lo <= 1 + rel_tol."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
-from chunklab.experiments.compose import compose_run_config
-from chunklab.experiments.sim_capacity import search_capacity
+from chunklab.experiments.compose import compose_run_config, simulated_conditions
+from chunklab.experiments.capacity import search
 from chunklab.report import figures
-from chunklab.stages.common import simulated_conditions, write_json, write_text
+from chunklab.stages.common import write_json, write_text
 from chunklab.stages.params import SimCapacityParams, SimParams
 
 KNOBS = ("budget", "max_partial_prefills", "long_prefill_threshold", "ordering")
@@ -35,8 +36,8 @@ def run(p: SimCapacityParams, sim: SimParams, tuning_dir: Path, out_dir: Path, t
         for label, overrides in settings(workload, p, tuning_dir):
             cfg = compose_run_config(["engine=simulated", "tracking=none", f"workload={workload}", *overrides,
                                       *sim.overrides])
-            found = search_capacity(cfg, sim.seeds, sim.num_requests, p.target, rel_tol=p.rel_tol,
-                                    processes=sim.processes)
+            cfg = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, num_requests=sim.num_requests))
+            found = search(cfg, sim.seeds, p.target, rel_tol=p.rel_tol, processes=sim.processes)
             key = {"workload": workload, "setting": label} | {k: getattr(cfg.scheduler, k) for k in KNOBS}
             caps.append(key | {"capacity_req_per_s": found.lo_req_per_s, "fails_at_req_per_s": found.hi_req_per_s,
                                "hi_over_lo": found.hi_req_per_s / found.lo_req_per_s, "probes": len(found.probes)})

@@ -10,11 +10,11 @@ from pathlib import Path
 import pandas as pd
 
 from chunklab.config import RunConfig
-from chunklab.experiments.compose import compose_run_config
+from chunklab.experiments.compose import compose_run_config, simulated_conditions
 from chunklab.experiments.load import workload_capacity
 from chunklab.experiments.simulate import simulate_many
 from chunklab.report import figures
-from chunklab.stages.common import simulated_conditions, write_text
+from chunklab.stages.common import write_text
 from chunklab.stages.params import SimMapsParams, SimParams
 
 METRICS = ["goodput_req_per_s", "slo_attainment", "ttft_p99_s", "itl_p99_s", "worst_stall_s", "ttft_p50_s",

@@ -17,7 +17,7 @@ import pandas as pd
 from chunklab.config import RunConfig
 from chunklab.experiments.compose import compose_run_config
 from chunklab.experiments.load import reference_config
-from chunklab.experiments.rate import at_rate, natural_rate, search, seeds_for
+from chunklab.experiments.capacity import QUEUE_KEYS, at_rate, natural_rate, search, seeds_for
 from chunklab.experiments.simulate import simulate_many, simulate_regime
 from chunklab.metrics.conditions import sim_conditions_line
 from chunklab.report import figures
@@ -41,7 +41,7 @@ def with_scheduler(cfg: RunConfig, **knobs) -> RunConfig:
 
 def pair_cells(model: str, hardware: str, workload: str, p: SimProductionParams) -> tuple[dict, list[dict], pd.DataFrame]:
     base = base_config(model, hardware, workload, p)
-    found = search(reference_config(base), p.seeds, p.target, p.capacity_rel_tol, p.processes)
+    found = search(reference_config(base), p.seeds, p.target, p.capacity_rel_tol, p.processes, keys=QUEUE_KEYS)
     cap = found.rate_req_per_s
     if cap <= 0:
         raise SystemExit(f"sim_production: {model} on {hardware} serves no rate of {workload} within slo={p.slo} "
@@ -94,7 +94,7 @@ def published(p: SimProductionParams) -> pd.DataFrame:
         for label, knobs in (("vllm", q.vllm), ("sarathi", q.sarathi | {"budget": slo.budget})):
             cfg = with_scheduler(base, **knobs)
             caps[label] = search(cfg, p.seeds, 0.0, p.capacity_rel_tol, p.processes, criterion=crit,
-                                 start=(0.25, 2.0)).rate_req_per_s
+                                 start=(0.25, 2.0), keys=QUEUE_KEYS).rate_req_per_s
         rows.append({"slo": slo.name, "p99_tbt_slo_s": slo.p99_tbt_s, "sarathi_budget": slo.budget,
                      "vllm_capacity_req_per_s": caps["vllm"], "sarathi_capacity_req_per_s": caps["sarathi"],
                      "ratio": caps["sarathi"] / caps["vllm"] if caps["vllm"] else float("inf"),

@@ -9,17 +9,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from chunklab.engine.build import build_engine
-from chunklab.engine.serve import serve
-from chunklab.experiments.compose import compose_run_config
+from chunklab.experiments.compose import compose_run_config, simulated_conditions
 from chunklab.metrics.conditions import describe_workload
-from chunklab.metrics.isolation import IsolatedLatency, with_slowdown
-from chunklab.metrics.records import record
-from chunklab.metrics.summary import summarize
 from chunklab.report import figures
-from chunklab.stages.common import simulated_conditions, write_text
+from chunklab.runner import execute
+from chunklab.stages.common import write_text
 from chunklab.stages.params import SimParams, SimTracesParams
-from chunklab.workload import make_requests
 
 CLASS_KEYS = ["slo_attainment", "ttft_p50_s", "ttft_p99_s", "slowdown_p50", "slowdown_p99", "tpot_p50_s"]
 
@@ -30,11 +25,8 @@ def replay(job: tuple[str, int, float, list[str], float]) -> dict:
     label, budget, time_scale, overrides, bin_s = job
     cfg = compose_run_config(["engine=simulated", "tracking=none", "workload=azure_conv",
                               f"workload.trace.time_scale={time_scale}", f"scheduler.budget={budget}", *overrides])
-    requests, stats = make_requests(cfg)
-    engine, _ = build_engine(cfg)
-    result = serve(engine, requests)
-    records = with_slowdown([record(s) for s in result.sequences], IsolatedLatency.measure(engine, requests))
-    s = summarize(records, result.steps, result.makespan_s, cfg.slo)
+    run = execute(cfg, warmup=False, slowdown=True)
+    s, result, stats = run.summary, run.result, run.trace_stats
     rows = [{"replay": label, "budget": budget, "class": "all", "requests": s["num_requests"]}
             | {k: s.get(k) for k in CLASS_KEYS}]
     for cls in ("long", "short"):

@@ -13,7 +13,8 @@ import pandas as pd
 import yaml
 
 from chunklab.paths import project_dir
-from chunklab.stages.common import runs_dir, simulated_conditions, write_text
+from chunklab.experiments.compose import simulated_conditions
+from chunklab.stages.common import runs_dir, write_text
 from chunklab.stages.params import SimParams, SimTuningParams
 
 KNOBS = ("scheduler.budget", "scheduler.max_partial_prefills", "scheduler.long_prefill_threshold", "scheduler.ordering")

@@ -1,0 +1,70 @@
+"""Each DVC stage's src/chunklab deps are exactly what its script imports (chunklab/stages/deps.py)."""
+import textwrap
+from pathlib import Path
+
+from chunklab.stages.deps import closure, collapse, declared_deps, derived_deps, rewrite
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_dvc_yaml_deps_are_the_stages_imports():
+    text = (ROOT / "dvc.yaml").read_text()
+    derived, declared = derived_deps(ROOT, text), declared_deps(text)
+    wrong = {stage: {"missing": sorted(set(paths) - set(declared.get(stage, []))),
+                     "not imported": sorted(set(declared.get(stage, [])) - set(paths))}
+             for stage, paths in derived.items() if sorted(paths) != sorted(declared.get(stage, []))}
+    assert not wrong, f"dvc.yaml's deps differ from the stages' imports ({wrong}): python -m chunklab.stages.deps --write"
+
+
+def make_project(tmp_path: Path, files: dict[str, str]) -> Path:
+    for rel, body in files.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(body))
+    return tmp_path
+
+
+DVC = """\
+stages:
+  one:
+    cmd: python pipelines/one.py --out x
+    deps:
+      - pipelines/one.py
+      - src/chunklab/a.py
+  two:
+    cmd: python pipelines/two.py --out y
+    deps:
+      - pipelines/two.py
+      - src/chunklab/pkg
+"""
+
+
+def test_a_stage_whose_deps_omit_a_module_it_imports_is_caught(tmp_path):
+    root = make_project(tmp_path, {
+        "src/chunklab/__init__.py": "",
+        "src/chunklab/a.py": "def f():\n    from chunklab.b import g  # optional: a lazy import counts\n",
+        "src/chunklab/b.py": "",
+        "src/chunklab/pkg/__init__.py": "import pkgutil\nfor m in pkgutil.iter_modules(__path__): pass\n",
+        "src/chunklab/pkg/p.py": "",
+        "src/chunklab/pkg/q.py": "import chunklab.a\n",
+        "src/chunklab/unused.py": "",
+        "pipelines/one.py": "from chunklab.a import f\n",
+        "pipelines/two.py": "from chunklab import pkg\n",
+        "dvc.yaml": DVC})
+    derived = derived_deps(root, DVC)
+    assert derived["one"] == ["src/chunklab/__init__.py", "src/chunklab/a.py", "src/chunklab/b.py"]
+    # a package that imports its modules by discovery: all of them, and what they import
+    assert derived["two"] == ["src/chunklab/__init__.py", "src/chunklab/a.py", "src/chunklab/b.py", "src/chunklab/pkg"]
+    assert declared_deps(DVC)["one"] != derived["one"]  # b.py omitted: the check fails
+    fixed = rewrite(DVC, derived)
+    assert declared_deps(fixed) == derived and "pipelines/one.py" in fixed and "--out x" in fixed
+
+
+def test_a_folder_is_named_only_when_every_file_in_it_is_used(tmp_path):
+    root = make_project(tmp_path, {"src/chunklab/__init__.py": "", "src/chunklab/d/__init__.py": "",
+                                   "src/chunklab/d/x.py": "", "src/chunklab/d/y.py": ""})
+    src = root / "src" / "chunklab"
+    some = {src / "__init__.py", src / "d" / "__init__.py", src / "d" / "x.py"}
+    assert collapse(root, some) == ["src/chunklab/__init__.py", "src/chunklab/d/__init__.py", "src/chunklab/d/x.py"]
+    assert collapse(root, some | {src / "d" / "y.py"}) == ["src/chunklab"]
+    assert closure(root, [src / "d" / "x.py"]) == {src / "d" / "x.py"}
