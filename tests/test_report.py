@@ -1,7 +1,11 @@
-"""REPORT.md's writeup: a measured table from another machine never sits silently beside this one's."""
+"""REPORT.md's writeup: a measured table from another machine never sits silently beside this one's, and
+the chapter's claims get the verdict the measured table decides."""
 import json
 
-from chunklab.report.writeup import other_machine, repro_cpu
+import pandas as pd
+
+from chunklab.report.claims import FAILS, HOLDS, NA, NOISE, budget_verdicts, decide, split_verdicts
+from chunklab.report.writeup import claim_findings, other_machine, repro_cpu, two_machines
 
 ZEN5 = "AMD EPYC (family 26 model 2 stepping 0, avx512, L2 1024 KiB, L3 32 MiB)"
 AVX2 = "AMD EPYC (family 23 model 1 stepping 2, avx2, L2 512 KiB, L3 8 MiB)"
@@ -31,3 +35,71 @@ def test_the_repro_cpu_is_the_calibrated_profile_s(tmp_path):
     (tmp_path / "profiles" / "machine.json").write_text(json.dumps({"fingerprint": {"cpu_model": AVX2}}))
     assert repro_cpu(tmp_path) == AVX2
     assert other_machine(table(ZEN5), repro_cpu(tmp_path)) != []
+
+
+# -- the chapter's claims, decided by the data (report/claims.py)
+
+def runs_table(stall_64, stall_8192, goodput_64=(5.0, 5.1, 5.2), goodput_8192=(9.0, 9.1, 9.2)) -> pd.DataFrame:
+    rows = []
+    for budget, stalls, goodputs in ((64, stall_64, goodput_64), (8192, stall_8192, goodput_8192)):
+        for stall, goodput in zip(stalls, goodputs):
+            rows.append({"load": "load 0.85", "budget": budget, "worst_stall_s": stall, "itl_p50_s": 0.002,
+                         "class_long_ttft_p50_s": 0.5, "goodput_req_per_s": goodput})
+    return pd.DataFrame(rows)
+
+
+def verdict(table: pd.DataFrame, claim_start: str) -> str:
+    v = budget_verdicts(table)
+    return v[v["claim"].str.startswith(claim_start)]["verdict"].item()
+
+
+def test_a_claim_the_data_contradict_is_reported_as_not_holding():
+    """A table where the smaller budget's worst stall is the larger one: the chapter's claim fails."""
+    assert verdict(runs_table((0.30, 0.31, 0.32), (0.10, 0.11, 0.12)), "the worst stall") == FAILS
+    assert verdict(runs_table((0.01, 0.02, 0.02), (0.10, 0.11, 0.12)), "the worst stall") == HOLDS
+    assert verdict(runs_table((0.05, 0.10, 0.15), (0.10, 0.11, 0.12)), "the worst stall") == NOISE
+    assert verdict(runs_table((0.01, 0.02, 0.02), (0.10, 0.11, 0.12)), "goodput falls") == HOLDS
+    assert verdict(runs_table((0.01,) * 3, (0.1,) * 3, (9.5, 9.6, 9.7)), "goodput falls") == FAILS
+
+
+def test_a_load_with_one_budget_decides_nothing():
+    one = runs_table((0.01,) * 3, (0.1,) * 3)
+    assert set(budget_verdicts(one[one["budget"] == 64])["verdict"]) == {NA}
+    assert decide(pd.Series([], dtype=float), pd.Series([1.0]), "lower") == NA
+
+
+def test_the_split_claim_per_attention_path():
+    split = pd.DataFrame([
+        {"attention": "paged", "passes": 1, "median_ms": 97.0, "min_ms": 96.0, "max_ms": 98.0},
+        {"attention": "paged", "passes": 24, "median_ms": 110.0, "min_ms": 108.0, "max_ms": 118.0},
+        {"attention": "naive", "passes": 1, "median_ms": 1300.0, "min_ms": 1290.0, "max_ms": 1310.0},
+        {"attention": "naive", "passes": 24, "median_ms": 380.0, "min_ms": 370.0, "max_ms": 390.0}])
+    v = split_verdicts(split).set_index("load")["verdict"]
+    assert v["`paged` attention"] == FAILS and v["`naive` attention"] == HOLDS
+
+
+def test_the_report_prints_the_verdict_the_table_decides(tmp_path):
+    """The report's claim section says 'does not hold' for a measured table in which the claim is false."""
+    runs = runs_table((0.30, 0.31, 0.32), (0.10, 0.11, 0.12)).drop(columns="load").assign(
+        size="large", intensity="8 req/s", seed=3, rate_per_s=8.0)
+    split = pd.DataFrame([{"attention": "paged", "passes": p, "median_ms": m, "min_ms": m - 1, "max_ms": m + 1}
+                          for p, m in ((1, 97.0), (24, 110.0))])
+    text = "\n".join(claim_findings(runs, split, tmp_path))
+    [row] = [line for line in text.splitlines() if "the worst stall shrinks" in line]
+    assert [cell.strip() for cell in row.split("|")][3] == "does not hold"
+    assert "8 req/s (the chapter's rate)" in text
+
+
+def test_the_report_warns_when_the_reference_profile_is_another_machine(tmp_path):
+    (tmp_path / "profiles").mkdir()
+
+    def write(name: str, cpu: str) -> None:
+        doc = {"fingerprint": {"cpu_model": cpu}, "conditions": {"measured_at": "2026-12-01"}}
+        (tmp_path / "profiles" / name).write_text(json.dumps(doc))
+
+    write("machine.json", AVX2)
+    write("cpu.json", ZEN5)
+    [line] = two_machines(tmp_path)
+    assert AVX2 in line and ZEN5 in line and "make reference-profile" in line
+    write("cpu.json", AVX2)
+    assert two_machines(tmp_path) == []

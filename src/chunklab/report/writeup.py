@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from chunklab.report import chapter
+from chunklab.report.claims import HOLDS, NA, budget_verdicts, split_verdicts, verdict_table
 from chunklab.report.peer import peer_findings
 from chunklab.report.production import production_findings
 
@@ -26,33 +27,89 @@ def prefill_findings(split: pd.DataFrame) -> list[str]:
             out.append(f"- `{impl}`: 1 x 1536 takes {one:.1f} ms, 24 x 64 takes {many:.1f} ms "
                        f"({many / one:.2f}x the one-pass time).")
     c = chapter.PREFILL_SPLIT_MS
-    out.append(f"- The chapter: 1 x 1536 = {c[1]} ms, 24 x 64 = {c[24]} ms ({c[24] / c[1]:.2f}x). Its one-pass "
-               "prefill materialised the 1536 x 1536 score matrix; our `naive` path does the same and shows the "
-               "same inversion, while the fused paths (the paged kernel and SDPA, neither of which materialises the "
-               "score matrix) make one pass the fastest way to prefill. "
-               "Splitting is faster only for an attention that materialises its scores: the chapter's "
-               "'chunking is a faster way to prefill' is a finding about its attention kernel, not about chunking.")
+    out.append(f"- The chapter: 1 x 1536 = {c[1]} ms, 24 x 64 = {c[24]} ms ({c[24] / c[1]:.2f}x); its one-pass "
+               "prefill materialised the 1536 x 1536 score matrix, as our `naive` path does.")
+    verdicts = {v.load.strip("`").split("`")[0]: v.verdict for v in split_verdicts(split).itertuples()}
+    faster = sorted(k for k, v in verdicts.items() if v == HOLDS)
+    if faster:
+        out.append(f"- Splitting is faster than one pass here for: {', '.join(f'`{k}`' for k in faster)}; "
+                   f"not for the others measured ({', '.join(f'`{k}`: {v}' for k, v in verdicts.items() if v != HOLDS)}).")
     return out
 
 
 def budget_findings(runs: pd.DataFrame, size: str) -> list[str]:
+    """The numbers at the chapter's rate, smallest budget against largest (the verdicts are claims.py's)."""
     budgets = sorted(runs[runs["size"] == size]["budget"].unique())
     lo, hi = budgets[0], budgets[-1]
     m = lambda b, k: _med(runs, size, b, k)  # noqa: E731
-    lines = [
-        f"- TTFT p50 goes from {m(hi, 'ttft_p50_s'):.3f} s at budget {hi} to {m(lo, 'ttft_p50_s'):.3f} s at "
-        f"budget {lo}; output throughput from {m(hi, 'output_tokens_per_s'):.0f} to {m(lo, 'output_tokens_per_s'):.0f} tok/s; "
-        f"goodput from {m(hi, 'goodput_req_per_s'):.3f} to {m(lo, 'goodput_req_per_s'):.3f} req/s.",
-        f"- The worst stall shrinks with the budget, as advertised: {1e3 * m(hi, 'worst_stall_s'):.0f} ms at "
-        f"{hi} vs {1e3 * m(lo, 'worst_stall_s'):.0f} ms at {lo}; per-gap ITL p99 {1e3 * m(hi, 'itl_p99_s'):.0f} ms "
-        f"vs {1e3 * m(lo, 'itl_p99_s'):.0f} ms.",
-        f"- The chunked request pays: long-prompt TTFT p50 is {m(hi, 'class_long_ttft_p50_s'):.3f} s at {hi} and "
-        f"{m(lo, 'class_long_ttft_p50_s'):.3f} s at {lo}; short-prompt TTFT p50 {m(hi, 'class_short_ttft_p50_s'):.3f} s "
-        f"vs {m(lo, 'class_short_ttft_p50_s'):.3f} s.",
+    return [
+        f"- Medians over every run at the chapter's rate: TTFT p50 {m(hi, 'ttft_p50_s'):.3f} s at budget {hi}, "
+        f"{m(lo, 'ttft_p50_s'):.3f} s at budget {lo}; output throughput {m(hi, 'output_tokens_per_s'):.0f} and "
+        f"{m(lo, 'output_tokens_per_s'):.0f} tok/s; goodput {m(hi, 'goodput_req_per_s'):.3f} and "
+        f"{m(lo, 'goodput_req_per_s'):.3f} req/s; worst stall {1e3 * m(hi, 'worst_stall_s'):.0f} and "
+        f"{1e3 * m(lo, 'worst_stall_s'):.0f} ms; per-gap ITL p99 {1e3 * m(hi, 'itl_p99_s'):.0f} and "
+        f"{1e3 * m(lo, 'itl_p99_s'):.0f} ms; long-prompt TTFT p50 {m(hi, 'class_long_ttft_p50_s'):.3f} and "
+        f"{m(lo, 'class_long_ttft_p50_s'):.3f} s; short-prompt TTFT p50 {m(hi, 'class_short_ttft_p50_s'):.3f} and "
+        f"{m(lo, 'class_short_ttft_p50_s'):.3f} s.",
         f"- What the chapter called ITL p50 (the median of per-request mean gaps, TPOT p50 here) is "
         f"{1e3 * m(hi, 'tpot_p50_s'):.1f} ms at {hi} and {1e3 * m(lo, 'tpot_p50_s'):.1f} ms at {lo}; the true "
         f"per-gap p50 is {1e3 * m(hi, 'itl_p50_s'):.1f} / {1e3 * m(lo, 'itl_p50_s'):.1f} ms.",
     ]
+
+
+def measured_capacity(outputs: Path) -> float | None:
+    """This machine's measured capacity (req/s) from the capacity stage, None without it."""
+    path = outputs / "capacity" / "measured_vs_simulated.csv"
+    return float(pd.read_csv(path)["measured_req_per_s"].iloc[0]) if path.is_file() else None
+
+
+def prefill_step_share(outputs: Path, runs: pd.DataFrame) -> dict[int, float]:
+    """Per budget, the median over the large runs at the chapter's rate of the share of steps that carry
+    prefill tokens: near 1, a prefill is always in flight (the chapter's explanation of when chunking
+    loses)."""
+    path = outputs / "token_budget" / "steps_large.csv"
+    large = runs[runs["size"] == "large"].reset_index(drop=True)
+    if not path.is_file() or large.empty:
+        return {}
+    steps = pd.read_csv(path, usecols=["run", "num_prefill_tokens"])
+    share = steps.groupby("run")["num_prefill_tokens"].apply(lambda x: float((x > 0).mean()))
+    at_rate = large[large["intensity"] == large["intensity"].iloc[0]]
+    return {int(b): float(share.reindex(g.index).median()) for b, g in at_rate.groupby("budget")}
+
+
+def claim_runs(runs: pd.DataFrame, outputs: Path) -> pd.DataFrame:
+    """Every measured run that can decide a budget claim, labelled by its load: the token-budget
+    stage's repeats at the chapter's rate, and the fidelity stage's measured repeats of the ch10 mix."""
+    capacity = measured_capacity(outputs)
+    large = runs[(runs["size"] == "large") & (runs["intensity"] == runs["intensity"].iloc[0])]
+    repeated = large["seed"].value_counts().idxmax()  # the seed the stage repeats (its others ran once)
+    rate = float(large["rate_per_s"].iloc[0])
+    share = f", {rate / capacity:.2f} of this machine's measured capacity ({capacity:.2f} req/s)" if capacity else ""
+    frames = [large[large["seed"] == repeated].assign(load=f"{rate:g} req/s (the chapter's rate{share})")]
+    path = outputs / "fidelity" / "runs.csv"
+    if path.is_file():
+        fid = pd.read_csv(path)
+        fid = fid[(fid["executor"] == "torch") & fid["load"].notna()]
+        frames.append(fid.assign(load=fid["load"].map(lambda x: f"load {x:g} of this machine's simulated capacity")))
+    return pd.concat(frames, ignore_index=True)
+
+
+def claim_findings(runs: pd.DataFrame, split: pd.DataFrame, outputs: Path) -> list[str]:
+    verdicts = pd.concat([budget_verdicts(claim_runs(runs, outputs)), split_verdicts(split)], ignore_index=True)
+    undecided = list(dict.fromkeys(verdicts.loc[verdicts["verdict"] == NA, "load"]))
+    verdicts = verdicts[verdicts["verdict"] != NA]
+    share = prefill_step_share(outputs, runs)
+    lines = ["### The chapter's claims, decided by the data (measured)",
+             "Each claim compares the smallest budget measured at a load with the largest: **holds** when "
+             "their ranges over repeated runs do not overlap and the medians move as the chapter says, **does "
+             "not hold** when they move the other way, **within noise** when the repeats' ranges overlap.",
+             verdict_table(verdicts)]
+    if undecided:
+        lines.append(f"No verdict at {', '.join(undecided)}: one budget was measured there.")
+    if share:
+        lines.append("Steps carrying prefill tokens at the chapter's rate (median over its runs): "
+                     + ", ".join(f"budget {b}: {100 * v:.0f}%" for b, v in sorted(share.items()))
+                     + ". (The fidelity stage keeps no per-step record of its runs, so its loads have none.)")
     return lines
 
 
@@ -68,7 +125,7 @@ def comparison(runs: pd.DataFrame) -> str:
     return "\n".join(rows)
 
 
-def differences(runs: pd.DataFrame) -> list[str]:
+def differences(runs: pd.DataFrame, capacity: float | None) -> list[str]:
     out = []
     for size in ("small", "large"):
         sel = runs[(runs["size"] == size) & (runs["intensity"] == runs["intensity"].iloc[0])]
@@ -79,19 +136,19 @@ def differences(runs: pd.DataFrame) -> list[str]:
         best = int(goodput.idxmax())
         out.append(f"- {n} requests: the best median goodput is at budget {best} ({goodput[best]:.3f} req/s); "
                    "SLO attainment by budget: " + ", ".join(f"{b}: {100 * a:.0f}%" for b, a in attain.items()) + ".")
-    ran = set(runs[runs["size"] == "small"]["budget"])
-    ratio = pd.Series([_med(runs, "small", b, "output_tokens_per_s") / ref["output_tokens_per_s"]
-                       for b, ref in chapter.TOKEN_BUDGET.items() if b in ran]).median()  # NaN: none of its budgets ran
-    if pd.isna(ratio):
-        load = "none of the chapter's budgets ran here, so its throughput is not compared"
-    elif ratio >= 1:
-        load = (f"our engine produces {ratio:.1f}x the chapter's output tokens per second on the same trace (median of "
-                "the ratio column), so at 8 requests/s it is less saturated than the chapter's, whose TTFTs of 2-4 s "
-                "are queueing behind a slower engine")
+    rate = float(runs["rate_per_s"].iloc[0])
+    best_chapter = max(ref["goodput_req_per_s"] for ref in chapter.TOKEN_BUDGET.values())
+    if capacity is None:
+        load = "this repro has no measured capacity to say how loaded the engine is at the chapter's rate"
+    elif rate < capacity:
+        load = (f"at {rate:g} requests/s this engine runs at {rate / capacity:.2f} of its measured capacity "
+                f"({capacity:.2f} req/s), so its output rate is the arrival rate times the output length at every "
+                f"budget, not a measure of its speed; the chapter's engine served at most {best_chapter:.3f} req/s "
+                f"of goodput out of the same {rate:g} offered")
     else:
-        load = (f"on this machine our engine produces {ratio:.2f}x the chapter's output tokens per second on the same "
-                "trace (median of the ratio column), so at 8 requests/s it is more saturated than the chapter's and "
-                "its TTFTs are queueing")
+        load = (f"at {rate:g} requests/s this engine is at {rate / capacity:.2f} of its measured capacity "
+                f"({capacity:.2f} req/s): past it, as the chapter's was (its best goodput {best_chapter:.3f} req/s "
+                f"of {rate:g} offered), so its TTFTs are queueing")
     out.append(f"- Why the numbers differ from the chapter's: {load}. Our arrivals are stamped at their trace time (the "
                "chapter's harness stamped them after a long step), our ITL covers every gap rather than one mean per "
                "request, and each cell is a median over seeds with its min-max spread: at 24 requests the spread is "
@@ -148,6 +205,28 @@ def repro_cpu(outputs: Path) -> str:
     return json.loads(path.read_text())["fingerprint"]["cpu_model"] if path.is_file() else ""
 
 
+def reference_machine(outputs: Path) -> tuple[str, str]:
+    """The CPU the reference profile (outputs/profiles/cpu.json, the sim_* stages') was calibrated on, and when."""
+    path = outputs / "profiles" / "cpu.json"
+    if not path.is_file():
+        return "", ""
+    doc = json.loads(path.read_text())
+    cond = doc.get("conditions", {})
+    return doc.get("fingerprint", {}).get("cpu_model") or cond.get("cpu_model", ""), cond.get("measured_at", "")
+
+
+def two_machines(outputs: Path) -> list[str]:
+    """The report's first lines when its simulated sections predict another machine than the one that
+    measured its measured tables: both named, and how to make them one."""
+    measured, (reference, when) = repro_cpu(outputs), reference_machine(outputs)
+    if not measured or not reference or measured == reference:
+        return []
+    return [f"**Two machines in this report.** The MEASURED tables were measured on {measured} (this repro's "
+            f"calibration, outputs/profiles/machine.json). The SIMULATED sections predict the reference profile's "
+            f"machine, {reference} (outputs/profiles/cpu.json, calibrated {when}): their numbers describe that "
+            "machine, not this one. `make reference-profile` after `dvc repro calibrate` makes them one."]
+
+
 def other_machine(table_md: str, cpu_model: str) -> list[str]:
     """A measured table whose conditions do not name the CPU that calibrated this repro came from a
     stage not rerun on it: one line says so beside the table (never one machine's numbers silently
@@ -173,7 +252,7 @@ def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) ->
         return (outputs / "simulated" / "tables" / f"{name}.md").read_text()
 
     parts = [
-        "# Chunked prefill and the token budget, reproduced",
+        "# Chunked prefill and the token budget, reproduced", *two_machines(outputs),
         "Generated by `dvc repro` (stage `report`). Two kinds of numbers, always labelled: **MEASURED** "
         "tables come from the real engine on the machine that ran the stage (conditions and noise given "
         "with them; another machine gives other numbers); **SIMULATED** tables come from the same "
@@ -182,11 +261,12 @@ def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) ->
         "## Prefill split (measured)", *m("prefill_split"), *prefill_findings(split),
         "![prefill split](plots/prefill_split.png)",
         "## Token budget (measured)", *m("token_budget_large"), t("token_budget_seeds"),
-        *budget_findings(runs, "large"), *m("token_budget_small"), t("token_budget_chapter"),
+        *budget_findings(runs, "large"), *claim_findings(runs, split, outputs),
+        *m("token_budget_small"), t("token_budget_chapter"),
         "### Where we differ from the chapter, and why",
         "The chapter's 24-request trace (seed medians) against its published run:",
         comparison(runs),
-        *differences(runs),
+        *differences(runs, measured_capacity(outputs)),
         "## Fidelity: simulated against measured", *m("fidelity"), *fidelity_findings(outputs),
         "![fidelity](fidelity/fidelity.png)",
         "## Capacity (measured and simulated on this machine; simulated maps on the reference)", *m("capacity"),

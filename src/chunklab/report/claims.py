@@ -1,0 +1,101 @@
+"""The chapter's claims about the token budget, decided by the measured tables, one load at a time.
+
+Each claim compares the smallest budget measured at a load with the largest: a metric that should
+move one way when the budget shrinks. The verdict is
+- "holds": the two budgets' ranges over their repeats do not overlap, and the medians move as claimed;
+- "does not hold": the ranges do not overlap, and the medians move the other way;
+- "within noise": the ranges overlap (the repeats disagree by more than the budgets do);
+- "n/a": fewer than two budgets, or no repeat with the metric, at that load.
+The evidence names the numbers that decided it. Nothing here reads a file: the report stage builds
+the tables (report/writeup.py) and prints what these functions return.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+HOLDS, FAILS, NOISE, NA = "holds", "does not hold", "within noise", "n/a"
+
+
+@dataclass(frozen=True)
+class Claim:
+    text: str
+    metric: str  # a column of the runs table
+    smaller_budget: str  # "higher" or "lower": how the metric moves when the budget shrinks
+    unit: str  # "s", "ms" or "req/s": how the evidence prints it
+
+
+BUDGET_CLAIMS = (
+    Claim("the worst stall shrinks", "worst_stall_s", "lower", "ms"),
+    Claim("typical ITL (per-gap p50) rises", "itl_p50_s", "higher", "ms"),
+    Claim("the chunked (long-prompt) request's own TTFT p50 grows", "class_long_ttft_p50_s", "higher", "s"),
+    Claim("goodput falls", "goodput_req_per_s", "lower", "req/s"),
+)
+SPLIT_CLAIM = "splitting a 1536-token prefill into 24 x 64 is faster than one pass"
+
+
+def _fmt(value: float, unit: str) -> str:
+    """value in the metric's own unit (seconds for a latency) as the claim prints it."""
+    return f"{1e3 * value:.1f} ms" if unit == "ms" else f"{value:.3f} {unit}"
+
+
+def decide(smaller: pd.Series, larger: pd.Series, smaller_budget: str) -> str:
+    """The verdict for one metric: smaller and larger are its values over the repeats at each budget."""
+    smaller, larger = smaller.dropna(), larger.dropna()
+    if smaller.empty or larger.empty:
+        return NA
+    if smaller.min() <= larger.max() and larger.min() <= smaller.max():
+        return NOISE
+    moved_up = smaller.median() > larger.median()
+    return HOLDS if moved_up == (smaller_budget == "higher") else FAILS
+
+
+def _range(values: pd.Series, unit: str) -> str:
+    """The median over repeats, with their min-max and count."""
+    values = values.dropna()
+    if len(values) == 1:
+        return f"{_fmt(float(values.iloc[0]), unit)} (1 run)"
+    return (f"{_fmt(float(values.median()), unit)} [{_fmt(float(values.min()), unit)} to "
+            f"{_fmt(float(values.max()), unit)}, {len(values)} repeats]")
+
+
+def budget_verdicts(runs: pd.DataFrame) -> pd.DataFrame:
+    """runs: one row per measured run with columns load (a label), budget, and the claims' metrics.
+    One row per (load, claim): the verdict and its evidence, smallest budget against largest."""
+    rows = []
+    for load, at_load in runs.groupby("load", sort=False):
+        budgets = sorted(at_load["budget"].unique())
+        for claim in BUDGET_CLAIMS:
+            if len(budgets) < 2 or claim.metric not in at_load:
+                rows.append({"load": load, "claim": claim.text, "verdict": NA, "evidence": "one budget measured"})
+                continue
+            lo, hi = budgets[0], budgets[-1]
+            small = at_load.loc[at_load["budget"] == lo, claim.metric]
+            large = at_load.loc[at_load["budget"] == hi, claim.metric]
+            rows.append({"load": load, "claim": claim.text, "verdict": decide(small, large, claim.smaller_budget),
+                         "evidence": f"budget {lo}: {_range(small, claim.unit)}; budget {hi}: "
+                                     f"{_range(large, claim.unit)}"})
+    return pd.DataFrame(rows, columns=["load", "claim", "verdict", "evidence"])
+
+
+def split_verdicts(split: pd.DataFrame) -> pd.DataFrame:
+    """split: the prefill_split table (attention, passes, median_ms, min_ms, max_ms). Per attention path,
+    24 passes of 64 tokens against one pass, each a median over its timed repeats with its min-max."""
+    rows = []
+    for attention, g in split.groupby("attention", sort=False):
+        one, many = g[g["passes"] == 1], g[g["passes"] == 24]
+        if one.empty or many.empty:
+            continue
+        o, m = one.iloc[0], many.iloc[0]
+        overlap = m["min_ms"] <= o["max_ms"] and o["min_ms"] <= m["max_ms"]
+        verdict = NOISE if overlap else HOLDS if m["median_ms"] < o["median_ms"] else FAILS
+        rows.append({"load": f"`{attention}` attention", "claim": SPLIT_CLAIM, "verdict": verdict,
+                     "evidence": f"24 x 64: {m['median_ms']:.1f} ms [{m['min_ms']:.1f}-{m['max_ms']:.1f}]; one pass: "
+                                 f"{o['median_ms']:.1f} ms [{o['min_ms']:.1f}-{o['max_ms']:.1f}] "
+                                 f"({m['median_ms'] / o['median_ms']:.2f}x)"})
+    return pd.DataFrame(rows, columns=["load", "claim", "verdict", "evidence"])
+
+
+def verdict_table(verdicts: pd.DataFrame) -> str:
+    return verdicts.rename(columns={"load": "where"}).to_markdown(index=False)
