@@ -2,7 +2,8 @@
 
     pipelines/report.py tables|plots|report --split outputs/prefill_split.csv
         --split-conditions outputs/prefill_split_conditions.json --token-budget outputs/token_budget
-        --out outputs/tables|outputs/plots|outputs/REPORT.md [--outputs outputs  (report: every table it quotes)]
+        --out outputs/tables|outputs/plots|outputs/REPORT.md
+        [report: --outputs outputs (every table it quotes) --metrics outputs/chapter_metrics.json]
 """
 import argparse
 from pathlib import Path
@@ -15,11 +16,12 @@ if __name__ == "__main__":
     for name in ("--split", "--split-conditions", "--token-budget", "--out"):
         ap.add_argument(name, type=Path, required=True, metavar="PATH")
     ap.add_argument("--outputs", type=Path, metavar="PATH")
+    ap.add_argument("--metrics", type=Path, metavar="PATH")
     args = ap.parse_args()
-    if args.what == "report" and args.outputs is None:
-        ap.error("report reads every table it quotes under --outputs")
+    if args.what == "report" and (args.outputs is None or args.metrics is None):
+        ap.error("report reads every table it quotes under --outputs and writes its headline numbers to --metrics")
     measured = report.load(args.split, args.split_conditions, args.token_budget)
     if args.what == "report":
-        report.make_report(measured, args.outputs, args.out)
+        report.make_report(measured, args.outputs, args.out, args.metrics)
     else:
         {"tables": report.make_tables, "plots": report.make_plots}[args.what](measured, args.out)

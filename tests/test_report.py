@@ -5,7 +5,7 @@ import json
 import pandas as pd
 
 from chunklab.report.claims import FAILS, HOLDS, NA, NOISE, budget_verdicts, decide, split_verdicts
-from chunklab.report.writeup import claim_findings, other_machine, repro_cpu, two_machines
+from chunklab.report.writeup import chapter_metrics, claim_findings, other_machine, repro_cpu, two_machines
 
 ZEN5 = "AMD EPYC (family 26 model 2 stepping 0, avx512, L2 1024 KiB, L3 32 MiB)"
 AVX2 = "AMD EPYC (family 23 model 1 stepping 2, avx2, L2 512 KiB, L3 8 MiB)"
@@ -103,3 +103,16 @@ def test_the_report_warns_when_the_reference_profile_is_another_machine(tmp_path
     assert AVX2 in line and ZEN5 in line and "make reference-profile" in line
     write("cpu.json", AVX2)
     assert two_machines(tmp_path) == []
+
+
+def test_the_verdicts_are_dvc_metrics(tmp_path):
+    runs = runs_table((0.30, 0.31, 0.32), (0.10, 0.11, 0.12)).drop(columns="load").assign(
+        size="large", intensity="8 req/s", seed=3, rate_per_s=8.0)
+    split = pd.DataFrame([{"attention": "paged", "passes": p, "median_ms": m, "min_ms": m - 1, "max_ms": m + 1}
+                          for p, m in ((1, 100.0), (24, 125.0))])
+    (tmp_path / "capacity").mkdir()
+    (tmp_path / "capacity" / "measured_vs_simulated.csv").write_text("budget,measured_req_per_s\n512,16.0\n")
+    metrics = chapter_metrics(runs, split, tmp_path)
+    [stall] = [v for k, v in metrics.items() if k.startswith("verdict: the worst stall shrinks")]
+    assert stall == -1 and metrics["prefill split: paged 24 x 64 over one pass"] == 1.25
+    assert metrics["chapter's rate over measured capacity"] == 0.5

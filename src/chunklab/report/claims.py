@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 HOLDS, FAILS, NOISE, NA = "holds", "does not hold", "within noise", "n/a"
+SCORE = {HOLDS: 1, NOISE: 0, FAILS: -1}  # a verdict as a DVC metric (dvc metrics show prints numbers)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from chunklab.report import chapter
-from chunklab.report.claims import HOLDS, NA, budget_verdicts, split_verdicts, verdict_table
+from chunklab.report.claims import HOLDS, NA, SCORE, budget_verdicts, split_verdicts, verdict_table
 from chunklab.report.peer import peer_findings
 from chunklab.report.production import production_findings
 
@@ -94,8 +94,30 @@ def claim_runs(runs: pd.DataFrame, outputs: Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def all_verdicts(runs: pd.DataFrame, split: pd.DataFrame, outputs: Path) -> pd.DataFrame:
+    return pd.concat([budget_verdicts(claim_runs(runs, outputs)), split_verdicts(split)], ignore_index=True)
+
+
+def chapter_metrics(runs: pd.DataFrame, split: pd.DataFrame, outputs: Path) -> dict:
+    """The chapter's headline numbers for `dvc metrics show`: each decided verdict as 1 (holds), 0 (within
+    noise) or -1 (does not hold), the paged prefill's 24 x 64 over one pass, and this machine's measured
+    capacity with the chapter's rate as a share of it."""
+    out: dict[str, float] = {}
+    for v in all_verdicts(runs, split, outputs).itertuples():
+        if v.verdict in SCORE:
+            out[f"verdict: {v.claim} ({v.load})"] = SCORE[v.verdict]
+    ms = {(r.attention, r.passes): r.median_ms for r in split.itertuples()}
+    if ("paged", 1) in ms and ("paged", 24) in ms:
+        out["prefill split: paged 24 x 64 over one pass"] = round(ms[("paged", 24)] / ms[("paged", 1)], 4)
+    capacity = measured_capacity(outputs)
+    if capacity:
+        out["measured capacity at budget 512 (req/s)"] = capacity
+        out["chapter's rate over measured capacity"] = round(float(runs["rate_per_s"].iloc[0]) / capacity, 4)
+    return out
+
+
 def claim_findings(runs: pd.DataFrame, split: pd.DataFrame, outputs: Path) -> list[str]:
-    verdicts = pd.concat([budget_verdicts(claim_runs(runs, outputs)), split_verdicts(split)], ignore_index=True)
+    verdicts = all_verdicts(runs, split, outputs)
     undecided = list(dict.fromkeys(verdicts.loc[verdicts["verdict"] == NA, "load"]))
     verdicts = verdicts[verdicts["verdict"] != NA]
     share = prefill_step_share(outputs, runs)

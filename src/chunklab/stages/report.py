@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from chunklab.report import chapter, figures, tables
+from chunklab.report.writeup import chapter_metrics
 from chunklab.report.writeup import report as writeup
 
 
@@ -81,7 +82,9 @@ def make_plots(m: Measured, out_dir: Path) -> None:
     figures.ttft_by_class(large, out_dir / "ttft_by_class.png")
 
 
-def make_report(m: Measured, outputs_dir: Path, out_path: Path) -> None:
-    """REPORT.md at out_path, from every table and figure under outputs_dir."""
+def make_report(m: Measured, outputs_dir: Path, out_path: Path, metrics_path: Path) -> None:
+    """REPORT.md at out_path, from every table and figure under outputs_dir; its headline numbers (the
+    claims' verdicts, the prefill split, measured capacity) as DVC metrics at metrics_path."""
     out_path.write_text(writeup(m.split, m.runs, m.requests, m.tokens, m.split_conditions,
                                 m.token_budget_conditions, outputs_dir))
+    metrics_path.write_text(json.dumps(chapter_metrics(m.runs, m.split, outputs_dir), indent=2) + "\n")
