@@ -91,12 +91,13 @@ def split_verdicts(split: pd.DataFrame) -> pd.DataFrame:
         o, m = one.iloc[0], many.iloc[0]
         overlap = m["min_ms"] <= o["max_ms"] and o["min_ms"] <= m["max_ms"]
         verdict = NOISE if overlap else HOLDS if m["median_ms"] < o["median_ms"] else FAILS
-        rows.append({"load": f"`{attention}` attention", "claim": SPLIT_CLAIM, "verdict": verdict,
+        rows.append({"load": f"`{attention}` attention", "attention": attention, "claim": SPLIT_CLAIM,
+                     "verdict": verdict,
                      "evidence": f"24 x 64: {m['median_ms']:.1f} ms [{m['min_ms']:.1f}-{m['max_ms']:.1f}]; one pass: "
                                  f"{o['median_ms']:.1f} ms [{o['min_ms']:.1f}-{o['max_ms']:.1f}] "
                                  f"({m['median_ms'] / o['median_ms']:.2f}x)"})
-    return pd.DataFrame(rows, columns=["load", "claim", "verdict", "evidence"])
+    return pd.DataFrame(rows, columns=["load", "attention", "claim", "verdict", "evidence"])
 
 
 def verdict_table(verdicts: pd.DataFrame) -> str:
-    return verdicts.rename(columns={"load": "where"}).to_markdown(index=False)
+    return verdicts[["load", "claim", "verdict", "evidence"]].rename(columns={"load": "where"}).to_markdown(index=False)

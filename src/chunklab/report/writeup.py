@@ -29,7 +29,7 @@ def prefill_findings(split: pd.DataFrame) -> list[str]:
     c = chapter.PREFILL_SPLIT_MS
     out.append(f"- The chapter: 1 x 1536 = {c[1]} ms, 24 x 64 = {c[24]} ms ({c[24] / c[1]:.2f}x); its one-pass "
                "prefill materialised the 1536 x 1536 score matrix, as our `naive` path does.")
-    verdicts = {v.load.strip("`").split("`")[0]: v.verdict for v in split_verdicts(split).itertuples()}
+    verdicts = {v.attention: v.verdict for v in split_verdicts(split).itertuples()}
     faster = sorted(k for k, v in verdicts.items() if v == HOLDS)
     if faster:
         out.append(f"- Splitting is faster than one pass here for: {', '.join(f'`{k}`' for k in faster)}; "
