@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from chunklab.experiments.compose import compose_run_config
 from chunklab.calibration.sentinel import SpeedSentinel, geometric_mean
-from chunklab.experiments.capacity import bisect, probe
+from chunklab.experiments import capacity
+from chunklab.experiments.compose import compose_run_config
 from chunklab.experiments.sweep import run_grid
 from chunklab.stages.common import runs_dir, write_text
 from chunklab.stages.params import CapacityParams
 
-PROBE_KEYS = ("slo_attainment", "goodput_req_per_s", "ttft_p50_s", "ttft_p99_s", "itl_p99_s", "output_tokens_per_s",
-              "noisy_steps_share", "step_time_vs_predicted_p50")
+# A measured probe records the simulated probe's keys and how far its steps ran from their prediction.
+PROBE_KEYS = capacity.PROBE_KEYS + ("noisy_steps_share", "step_time_vs_predicted_p50")
 
 
 def run(p: CapacityParams, profile: Path, out_dir: Path, table_path: Path) -> None:
@@ -33,8 +33,7 @@ def run(p: CapacityParams, profile: Path, out_dir: Path, table_path: Path) -> No
             f"scheduler.budget={p.budget}", f"workload.num_requests={p.num_requests}",
             f"workload.seed={p.seed}", *p.overrides]
     sim_cfg = compose_run_config(base + ["tracking=none", "engine.executor=simulated"])
-    sim = bisect(lambda rate: probe(sim_cfg, rate, [p.seed], 1), p.target,
-                          (2.0, 16.0), p.sim_rel_tol)
+    sim = capacity.search(sim_cfg, [p.seed], p.target, p.sim_rel_tol, processes=1)
     conditions = []
     sentinel = SpeedSentinel.for_run(compose_run_config(base))
     readings = [sentinel.read().ratio]  # before every probe and after the last (calibration/sentinel.py)
@@ -49,14 +48,13 @@ def run(p: CapacityParams, profile: Path, out_dir: Path, table_path: Path) -> No
                 | {"sentinel_ratio": geometric_mean(readings[-2:])})
 
     c = sim.rate_req_per_s
-    real = bisect(measure, p.target, (c * 0.96, c * 1.04), p.rel_tol, widen=p.widen)
+    real = capacity.bisect(measure, p.target, (c * 0.96, c * 1.04), p.rel_tol, widen=p.widen)
     # The machine's speed over the whole search, and the simulated capacity of the profile scaled
     # by it: the same bisection with every predicted step that much longer.
     scale = geometric_mean(readings)
     scaled_cfg = compose_run_config(base + ["tracking=none", "engine.executor=simulated",
                                             f"hardware.step_time_scale={scale}"])
-    scaled = bisect(lambda rate: probe(scaled_cfg, rate, [p.seed], 1), p.target,
-                             (1.0, 16.0), p.sim_rel_tol)
+    scaled = capacity.search(scaled_cfg, [p.seed], p.target, p.sim_rel_tol, processes=1, start=(1.0, 16.0))
     out_dir.mkdir(parents=True, exist_ok=True)
     table = pd.DataFrame([{"budget": p.budget, "measured_req_per_s": real.lo_req_per_s,
                            "simulated_req_per_s": sim.lo_req_per_s,
