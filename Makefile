@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup run test test-pipeline test-cluster test-all bench peers repro reference-profile clean
+.PHONY: setup run test test-pipeline test-cluster test-all bench peers repro clean
 setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -43,11 +43,6 @@ peers: setup          ## vLLM's CPU build in its own venv (.peers/vllm/, ~3 min,
 
 repro: setup          ## regenerate outputs/ (tables, plots, report) with DVC
 	$(VENV)/bin/dvc repro
-
-reference-profile:    ## promote this machine's profile (dvc repro calibrate) to the committed reference the sim_* stages read
-	cp outputs/profiles/machine.json outputs/profiles/cpu.json
-	cp outputs/profiles/machine_shapes.csv outputs/profiles/cpu_shapes.csv
-	@echo "outputs/profiles/cpu.json is now $$($(PY) -c 'import json; print(json.load(open("outputs/profiles/cpu.json"))["machine"])'): dvc repro reruns the sim_* stages"
 
 clean:
 	rm -rf multirun runs .pytest_cache

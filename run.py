@@ -56,11 +56,12 @@ def main(cfg: DictConfig) -> float:
     except Interrupted as err:
         print(f"chunklab: {err}", file=sys.stderr)
         sys.exit(err.exit_code)
-    print(result_line(run_cfg, out.summary, hc.runtime.output_dir))
+    print(result_line(run_cfg, out.summary, hc.runtime.output_dir, out.conditions.get("cost_model", "")))
     return out.summary["goodput_req_per_s"]
 
 
-def result_line(cfg: RunConfig, s: dict, run_dir: str) -> str:
+def result_line(cfg: RunConfig, s: dict, run_dir: str, cost_model: str = "") -> str:
+    """cost_model: what predicted the steps (a simulated run names the machine it predicts)."""
     def fmt(key: str, scale: float = 1.0, unit: str = "s", digits: int = 3) -> str:
         value = s.get(key, float("nan"))
         return "n/a" if value != value else f"{value * scale:.{digits}f}{unit}"  # NaN: no request finished
@@ -71,7 +72,12 @@ def result_line(cfg: RunConfig, s: dict, run_dir: str) -> str:
             f"goodput {s['goodput_req_per_s']:.3f} req/s ({100 * s['slo_attainment']:.0f}% in SLO)")
     if s["num_rejected"]:
         line += f" | {s['num_rejected']:.0f} rejected"
-    kind = " | simulated" if cfg.engine.executor == "simulated" else ""
+    ratio = s.get("step_time_vs_predicted_p50")
+    if cfg.workload.load is not None and ratio is not None and cfg.engine.executor != "simulated":
+        # the load was set from predicted step times: steps that ran slower loaded the engine more
+        line += (f" | load {cfg.workload.load:g}, effective {cfg.workload.load * ratio:.2f} "
+                 f"(steps {ratio:.3f}x the profile's)")
+    kind = f" | simulated: {cost_model or 'cost model'}" if cfg.engine.executor == "simulated" else ""
     return f"{line}{kind} | {run_dir}"
 
 

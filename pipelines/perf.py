@@ -9,7 +9,7 @@ from chunklab.stages.common import arguments, read_params
 from chunklab.stages.perf import run
 
 if __name__ == "__main__":
-    args = arguments(__doc__, "params", "csv", "vs_vllm", "end_to_end", "conditions", "metrics", "table")
-    run(read_params(args.params).perf, csv_path=args.csv, vs_vllm_path=args.vs_vllm,
+    args = arguments(__doc__, "params", "profile", "csv", "vs_vllm", "end_to_end", "conditions", "metrics", "table")
+    run(read_params(args.params).perf, profile=args.profile, csv_path=args.csv, vs_vllm_path=args.vs_vllm,
         end_to_end_path=args.end_to_end, conditions_path=args.conditions, metrics_path=args.metrics,
         table_path=args.table)

@@ -8,6 +8,6 @@ from chunklab.stages.common import arguments, read_params
 from chunklab.stages.sim_capacity import run
 
 if __name__ == "__main__":
-    args = arguments(__doc__, "params", "tuning", "out", "table")
+    args = arguments(__doc__, "params", "profile", "tuning", "out", "table")
     params = read_params(args.params)
-    run(params.sim_capacity, params.sim, tuning_dir=args.tuning, out_dir=args.out, table_path=args.table)
+    run(params.sim_capacity, params.sim, profile=args.profile, tuning_dir=args.tuning, out_dir=args.out, table_path=args.table)

@@ -8,6 +8,6 @@ from chunklab.stages.common import arguments, read_params
 from chunklab.stages.sim_tuning import run
 
 if __name__ == "__main__":
-    args = arguments(__doc__, "params", "out", "table")
+    args = arguments(__doc__, "params", "profile", "out", "table")
     params = read_params(args.params)
-    run(params.sim_tuning, params.sim, out_dir=args.out, table_path=args.table)
+    run(params.sim_tuning, params.sim, profile=args.profile, out_dir=args.out, table_path=args.table)

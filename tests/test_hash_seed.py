@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OVERRIDES = ["engine=simulated", "tracking=none", "tracking.progress=false", "workload.num_requests=60"]
+OVERRIDES = ["engine=simulated", "engine.profile=outputs/profiles/machine.json", "tracking=none", "tracking.progress=false", "workload.num_requests=60"]
 STAMPS = ("measured_at",)  # conditions: when the run was written
 
 
@@ -44,7 +44,7 @@ def test_simulated_run_is_byte_identical_across_hash_seeds(tmp_path):
     a, b = dirs[1], dirs[2]
     doc = json.loads((a / "summary.json").read_text())
     assert doc["config"]["engine"]["executor"] == "simulated"
-    assert doc["config"]["engine"]["profile"] == "outputs/profiles/cpu.json"  # the committed one: no calibration
+    assert doc["config"]["engine"]["profile"] == "outputs/profiles/machine.json"  # the committed one: no calibration
     assert doc["summary"]["num_requests"] == 60
     for name in ("requests.csv", "steps.csv"):
         first, second = (a / name).read_bytes(), (b / name).read_bytes()

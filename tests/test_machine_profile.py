@@ -18,7 +18,7 @@ from chunklab.calibration.profile import fit_on
 from chunklab.config import EngineConfig
 from chunklab.experiments.compose import compose_run_config
 from chunklab.experiments.capacity import bisect
-from chunklab.report.fidelity import paired_errors, paired_table
+from chunklab.experiments.fidelity import paired_errors, paired_table
 from helpers import MICRO
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -229,7 +229,7 @@ def test_one_thread_is_another_machine_with_its_own_profile(tmp_path):
 
 
 def test_the_noise_floor_pairs_each_measured_repeat_with_the_others():
-    from chunklab.report.fidelity import repeat_floor
+    from chunklab.experiments.fidelity import repeat_floor
 
     real = pd.DataFrame({"point": "p", "repeat": [0, 0, 1, 1], "request_id": [1, 2, 1, 2],
                          "ttft_s": [1.0, 2.0, 1.1, 4.0], "e2e_s": [2.0, 4.0, 2.0, 4.0], "tpot_s": [0.1, None, 0.1, None]})
@@ -240,7 +240,7 @@ def test_the_noise_floor_pairs_each_measured_repeat_with_the_others():
 
 
 def test_the_drift_table_sets_each_repeats_step_ratio_beside_its_signed_error():
-    from chunklab.report.fidelity import drift_correlation, drift_table
+    from chunklab.experiments.fidelity import drift_correlation, drift_table
 
     runs = pd.DataFrame({"point": ["q", "p", "q", "p"], "repeat": [0, 0, 1, 1], "sentinel_ratio": [1.0, 1.1, 1.2, 1.3],
                          "step_time_vs_predicted_p50": [1.05, 1.0, 1.3, 1.2]})  # in the order they ran
@@ -312,7 +312,9 @@ def test_every_measured_stage_reruns_when_the_machine_changes_and_no_simulated_o
     assert stages["machine"]["always_changed"] is True
     assert [next(iter(o)) if isinstance(o, dict) else o for o in stages["machine"]["outs"]] == ["outputs/machine.json"]
     on_machine = {name for name, st in stages.items() if "outputs/machine.json" in st.get("deps", [])}
-    assert on_machine == {"calibrate", "prefill_split", "token_budget", "fidelity", "perf", "capacity"}
+    # the measured stages, and the report stages that name the machine in captions and warnings
+    assert on_machine == {"calibrate", "prefill_split", "token_budget", "fidelity", "perf", "capacity",
+                          "tables", "plots", "report"}
     assert not any(name.startswith("sim_") for name in on_machine)
 
 

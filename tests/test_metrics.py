@@ -61,6 +61,15 @@ def test_summary_goodput_and_honest_itl():
     assert s["class_long_ttft_p50_s"] == pytest.approx(0.2)
     assert s["class_short_num_requests"] == 2
     assert s["steps"] == 2 and s["tokens_per_step_max"] == 64
+    assert s["prefill_step_share"] == pytest.approx(1 / 2)  # the first step carries 56 prefill tokens
+
+
+def test_prefill_step_share_counts_steps_that_carry_prefill_tokens():
+    a = finished(0, 0.0, [0.2, 0.22])
+    steps = StepLog.of([StepRecord(0.01 * i, 0.01, 8, 64 if i % 4 == 0 else 0, 1 if i % 4 == 0 else 0, 8, 0, 100, 0)
+                        for i in range(8)])
+    s = summarize([record(a)], steps, 1.0, SloConfig(ttft_s=1.0, tpot_s=0.05))
+    assert s["prefill_step_share"] == pytest.approx(2 / 8)
 
 
 def test_itl_p99_slo():

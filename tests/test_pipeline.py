@@ -15,12 +15,12 @@ MICRO_MIX = ["model=micro", "workload.classes.0.min_tokens=200", "workload.class
              "workload.min_output_tokens=4", "workload.max_output_tokens=8"]
 TINY = {
     "calibrate": {"num_random_shapes": 12, "rounds": 1, "burst": 2, "replay_requests": 4, "overrides": ["model=micro"]},
-    "fidelity": {"num_requests": 8, "repeats": 2, "points": [[16, 0.5], [8192, 1.0]], "overrides": ["model=micro"],
+    "fidelity": {"num_requests": 8, "repeats": 2, "budgets": [16, 8192], "loads": [0.5, 1.2], "overrides": ["model=micro"],
                  "mix_overrides": MICRO_MIX[1:], "trace": {"rows": 20, "start_offset": 0, "budget": 16}},
     "prefill_split": {"prompt_tokens": 96, "chunk_tokens": [96, 32], "attention": ["paged", "sdpa", "naive"], "repeats": 1,
                       "overrides": ["model=micro"]},
     "token_budget": {"budgets": [16, 8192], "seeds": [3, 4], "small_requests": 6, "large_requests": 8, "repeats": 2,
-                     "extra_seeds": [4], "rate_per_s": 20.0, "loads": [0.5], "overrides": MICRO_MIX},
+                     "extra_seeds": [4], "rate_per_s": 20.0, "overrides": MICRO_MIX},
     "perf": {"repeats": 1, "prefill_samples": 2, "prompt_tokens": 96, "chunk_tokens": 32, "decode_context": 64, "overhead_requests": 20,
              "hf_prompt_tokens": 16, "hf_new_tokens": 4, "rss_requests": [3, 6], "budgets": [16, 8192],
              "sim_requests": 6, "sim_trace_rows": 30, "time_build": False, "overrides": MICRO_MIX,
@@ -44,15 +44,15 @@ EXPECTED = [
     "outputs/machine.json",
     *[f"outputs/profiles/{f}" for f in ("machine.json", "machine_probe_only.json", "machine_shapes.csv",
                                         "machine_serving_steps.csv")],
-    *[f"outputs/fidelity/{f}" for f in ("fidelity.csv", "paired.csv", "paired_before_after.csv", "fidelity.png",
+    *[f"outputs/fidelity/{f}" for f in ("fidelity.csv", "paired.csv", "paired_before_after.csv",
                                         "requests_measured.csv", "step_error.csv", "drift.csv",
                                         "fidelity_sentinel_scaled.csv")], "outputs/tables/fidelity.md",
     "outputs/prefill_split.csv", "outputs/prefill_split_conditions.json",
     "outputs/token_budget/runs.csv", "outputs/token_budget/requests.csv", "outputs/token_budget/tokens.csv",
     *[f"outputs/tables/{t}.{ext}" for t in ("prefill_split", "token_budget_small", "token_budget_large",
-                                            "token_budget_chapter") for ext in ("md", "csv")],
+                                            "token_budget_chapter", "token_budget_loads") for ext in ("md", "csv")],
     *[f"outputs/plots/{p}.png" for p in ("ttft_ecdf", "itl_distribution", "timeline", "prefill_split",
-                                         "metrics_vs_budget", "ttft_by_class")],
+                                         "metrics_vs_budget", "ttft_by_class", "fidelity", "budget_by_load")],
     "outputs/REPORT.md", "outputs/perf.csv", "outputs/perf_end_to_end.csv", "outputs/tables/perf.md",
     "outputs/capacity/measured_vs_simulated.csv", "outputs/capacity/probes.csv", "outputs/capacity/sentinel_scaled.csv",
     "outputs/tables/capacity.md", "outputs/tables/token_budget_seeds.md",
@@ -104,15 +104,10 @@ def test_dvc_repro_smoke(tmp_path):
     git("add", "-A")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "smoke")
     dvc = str(repo / ".venv" / "bin" / "dvc")
-    # A clone has the committed reference profile; this one is of another model: calibrate this machine
-    # and promote its profile to the reference, as `make reference-profile` does.
-    cal = subprocess.run([dvc, "repro", "calibrate"], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
-    assert cal.returncode == 0, cal.stdout[-3000:] + cal.stderr[-3000:]
-    assert subprocess.run(["make", "-s", "reference-profile"], cwd=repo, capture_output=True).returncode == 0
     first = subprocess.run([dvc, "repro"], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     paired = (repo / "outputs/fidelity/paired.csv").read_text().splitlines()
-    assert paired[0] == "point,metric,median_rel_error,p90_rel_error,n" and len(paired) == 1 + 3 * 3
+    assert paired[0] == "point,metric,median_rel_error,p90_rel_error,n" and len(paired) == 1 + 3 * 5
     cap = (repo / "outputs/capacity/measured_vs_simulated.csv").read_text().splitlines()
     assert cap[0] == "budget,measured_req_per_s,simulated_req_per_s,ratio" and len(cap) == 2
     drift = (repo / "outputs/fidelity/drift.csv").read_text().splitlines()

@@ -19,7 +19,7 @@ from test_cli import run_cli, runs
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
-PROFILE = "outputs/profiles/cpu.json"
+PROFILE = "outputs/profiles/machine.json"
 SHORT = ["workload.num_requests=3", "workload.classes=[{label: short, weight: 1, min_tokens: 16, max_tokens: 32}]",
          "workload.min_output_tokens=4", "workload.max_output_tokens=6", "tracking.progress=false"]
 
@@ -84,7 +84,8 @@ def test_a_second_copy_sharing_the_environment_reads_its_own_files(tmp_path):
         "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", "CHUNKLAB_CAPACITY_REQUESTS": "100",
         # the fused forward as built for the main checkout (same sources): no second 30 s build
         "CHUNKLAB_EXTENSIONS_DIR": os.environ.get("CHUNKLAB_EXTENSIONS_DIR", str(ROOT / ".cache" / "torch_extensions"))}
-    for args in (["engine=simulated", "workload.load=0.5"], ["tracking.run_name=measured", f"engine.profile={PROFILE}"]):
+    for args in (["engine=simulated", f"engine.profile={PROFILE}", "workload.load=0.5"],
+                 ["tracking.run_name=measured", f"engine.profile={PROFILE}"]):
         proc = subprocess.run([sys.executable, "run.py", *SHORT, *args, f"hydra.run.dir={tmp_path}/run"], cwd=copy,
                               env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -99,7 +100,7 @@ def test_compose_finds_the_project_from_the_current_folder(tmp_path, monkeypatch
     monkeypatch.delenv("CHUNKLAB_PROJECT_DIR", raising=False)
     monkeypatch.chdir(ROOT / "src" if where == "inside" else tmp_path)
     if where == "inside":
-        assert compose_run_config(["engine=simulated"]).engine.profile == PROFILE
+        assert compose_run_config(["engine=simulated", f"engine.profile={PROFILE}"]).engine.profile == PROFILE
     else:
         with pytest.raises(ConfigError, match="no conf/config.yaml in .* or above"):
             compose_run_config([])

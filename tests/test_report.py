@@ -5,7 +5,7 @@ import json
 import pandas as pd
 
 from chunklab.report.claims import FAILS, HOLDS, NA, NOISE, budget_verdicts, decide, split_verdicts
-from chunklab.report.writeup import chapter_metrics, claim_findings, other_machine, repro_cpu, two_machines
+from chunklab.report.writeup import chapter_metrics, claim_findings, other_machine, repro_cpu
 
 ZEN5 = "AMD EPYC (family 26 model 2 stepping 0, avx512, L2 1024 KiB, L3 32 MiB)"
 AVX2 = "AMD EPYC (family 23 model 1 stepping 2, avx2, L2 512 KiB, L3 8 MiB)"
@@ -90,19 +90,11 @@ def test_the_report_prints_the_verdict_the_table_decides(tmp_path):
     assert "8 req/s (the chapter's rate)" in text
 
 
-def test_the_report_warns_when_the_reference_profile_is_another_machine(tmp_path):
-    (tmp_path / "profiles").mkdir()
-
-    def write(name: str, cpu: str) -> None:
-        doc = {"fingerprint": {"cpu_model": cpu}, "conditions": {"measured_at": "2026-12-01"}}
-        (tmp_path / "profiles" / name).write_text(json.dumps(doc))
-
-    write("machine.json", AVX2)
-    write("cpu.json", ZEN5)
-    [line] = two_machines(tmp_path)
-    assert AVX2 in line and ZEN5 in line and "make reference-profile" in line
-    write("cpu.json", AVX2)
-    assert two_machines(tmp_path) == []
+def test_the_report_warns_when_a_simulated_table_predicts_another_machine():
+    table = f"### A simulated table\n\nConditions: simulated; profile abc (calibrated on 2x {ZEN5}, torch 2.13.0)\n"
+    [line] = other_machine(table, AVX2, simulated=True)
+    assert "Simulated for another machine" in line and AVX2 in line
+    assert other_machine(table, ZEN5, simulated=True) == []
 
 
 def test_the_verdicts_are_dvc_metrics(tmp_path):

@@ -69,9 +69,9 @@ def test_a_new_ordering_policy_is_one_class_and_one_yaml_file(tmp_path, monkeypa
     (project / "conf" / "scheduler" / "admissions_first.yaml").write_text(
         "defaults:\n  - decode_first\n  - _self_\nordering: admissions_first\n")
     (project / "outputs" / "profiles").mkdir(parents=True)
-    shutil.copy(ROOT / "outputs" / "profiles" / "cpu.json", project / "outputs" / "profiles" / "cpu.json")
+    shutil.copy(ROOT / "outputs" / "profiles" / "machine.json", project / "outputs" / "profiles" / "machine.json")
     monkeypatch.setenv("CHUNKLAB_PROJECT_DIR", str(project))
-    small = ["engine=simulated", "tracking=none", "workload.num_requests=40", "workload.rate_per_s=20"]
+    small = ["engine=simulated", "engine.profile=outputs/profiles/machine.json", "tracking=none", "workload.num_requests=40", "workload.rate_per_s=20"]
     toy = compose_run_config([*small, "scheduler=admissions_first", "scheduler.budget=64"])
     assert toy.scheduler.ordering == "admissions_first"
     chapter = compose_run_config([*small, "scheduler.budget=64"])

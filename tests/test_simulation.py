@@ -22,6 +22,7 @@ from chunklab.metrics.summary import noise_guard
 from helpers import MICRO, cpu_flags
 
 ROOT = Path(__file__).resolve().parents[1]
+PROFILE = "outputs/profiles/machine.json"  # the committed tables' machine: no calibration, the same numbers anywhere
 
 
 def seq(num_prompt: int, num_computed: int) -> Sequence:
@@ -93,7 +94,7 @@ def test_probe_runs_exactly_the_wanted_shapes(mixed_batch):
 
 
 def sim_config(*overrides):
-    return compose_run_config(["engine=simulated", "tracking=none", "tracking.progress=false", *overrides])
+    return compose_run_config(["engine=simulated", f"engine.profile={PROFILE}", "tracking=none", "tracking.progress=false", *overrides])
 
 
 def test_simulated_runs_are_byte_identical(tmp_path):
@@ -144,7 +145,7 @@ def test_a_scaled_cost_model_is_the_same_run_on_a_slower_clock():
 def test_a_simulated_run_never_imports_torch(tmp_path):
     code = ("import sys; from pathlib import Path; from chunklab.experiments.compose import compose_run_config;"
             "from chunklab.app import run_experiment;"
-            "cfg = compose_run_config(['engine=simulated', 'tracking=none', 'workload.num_requests=20']);"
+            "cfg = compose_run_config(['engine=simulated', 'engine.profile=outputs/profiles/machine.json', 'tracking=none', 'workload.num_requests=20']);"
             f"run_experiment(cfg, Path({str(tmp_path)!r})); print(sorted(m for m in sys.modules if m == 'torch'))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -225,7 +226,7 @@ def test_a_calibrated_profile_guards_real_runs_and_drives_simulated_ones(tmp_pat
 
 def test_a_real_run_without_a_matching_profile_says_so(tmp_path):
     out = run_experiment(compose_run_config(["model=micro", "tracking=none", "workload.num_requests=3",
-                                             "engine.profile=outputs/profiles/cpu.json"]), tmp_path)  # TinyGPT's
+                                             "engine.profile=outputs/profiles/machine.json"]), tmp_path)  # TinyGPT's
     assert "noisy_steps_share" not in out.summary
     assert json.loads((tmp_path / "summary.json").read_text())["noise_guard"].startswith("off: engine.profile=")
 

@@ -81,7 +81,7 @@ def test_a_function_level_chunklab_import_in_the_stages_says_it_guards_an_option
 
 def test_the_committed_params_load_typed():
     p = load_params(ROOT / "params.yaml")
-    assert p.fidelity.points[0] == (512, 0.5) and p.sim_traces.num_requests is None
+    assert p.fidelity.budgets == [64, 512, 8192] and p.fidelity.loads[0] == 0.5 and p.sim_traces.num_requests is None
     assert p.perf.peer.serve_repeats == 3 and p.prefill_split.overrides == []  # given / its default
     assert isinstance(p.sim_tuning.load, float) and p.sim_production.published.slos[0].budget == 512
 
@@ -123,7 +123,7 @@ def test_a_stage_script_given_bad_params_stops_in_one_line_without_a_traceback(t
     doc["sim_maps"]["budget"] = 512
     bad = tmp_path / "params.yaml"
     bad.write_text(yaml.safe_dump(doc))
-    proc = subprocess.run([sys.executable, "pipelines/sim_maps.py", "--params", str(bad), "--out", str(tmp_path / "maps"),
+    proc = subprocess.run([sys.executable, "pipelines/sim_maps.py", "--params", str(bad), "--profile", "outputs/profiles/machine.json", "--out", str(tmp_path / "maps"),
                            "--table", str(tmp_path / "maps.md")], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [f"error: {bad}: sim_maps.budget: unknown key (known: workloads, budgets, loads)"]

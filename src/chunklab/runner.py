@@ -40,9 +40,9 @@ def engine_for(cfg: RunConfig) -> tuple[LLMEngine, str]:
     machine first where engine.profile=auto finds no profile of it."""
     kind = executor_kind(cfg.engine)
     executor = make_executor(cfg.model, cfg.engine)  # first: a device that is not here fails before calibrating
-    cfg = resolve_profile(cfg)
     if kind.measured:
         warn_if_another_machine(cfg)
+    cfg = resolve_profile(cfg)
     cost_model, why_none = cost_model_for(cfg, required=not kind.measured)
     return build_engine(cfg.model, cfg.engine, cfg.scheduler, cost_model, executor), why_none
 

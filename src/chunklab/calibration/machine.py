@@ -70,10 +70,11 @@ def write_profile(doc: dict, path: Path) -> None:
 
 
 def warn_if_another_machine(cfg: RunConfig) -> None:
-    """One line when a measured run is given a profile of another machine (or engine build)."""
+    """One line when a measured run is given a profile of another machine (or engine build).
+    Takes the run's config before resolve_profile: engine.profile=auto is this machine's by definition."""
+    if cfg.engine.profile == AUTO:
+        return
     path = profile_path(cfg.engine)
-    if path.parent == cache_dir():
-        return  # this machine's (engine.profile=auto)
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):

@@ -148,22 +148,23 @@ class Scheduler:
             self._fill[part](plan)
         return plan
 
-    def _schedule_decodes(self, plan: StepPlan) -> None:
+    def _running_in(self, phase: Phase):
+        """Running sequences in `phase`, oldest first, while budget is left. Iterates a snapshot and
+        skips any that a preemption (by _make_room) has since taken out of the running set."""
         for seq in list(self._running):
             if self._budget_left < 1:
                 return
-            if seq.phase is not Phase.DECODING or seq not in self._running:
-                continue
+            if seq.phase is phase and seq in self._running:
+                yield seq
+
+    def _schedule_decodes(self, plan: StepPlan) -> None:
+        for seq in self._running_in(Phase.DECODING):
             if self._make_room(seq, 1, plan) == 1:
                 plan.decodes.append(seq)
                 self._budget_left -= 1
 
     def _schedule_running_prefills(self, plan: StepPlan) -> None:
-        for seq in list(self._running):
-            if self._budget_left < 1:
-                return
-            if seq.phase is not Phase.PREFILLING or seq not in self._running:
-                continue
+        for seq in self._running_in(Phase.PREFILLING):
             num_tokens = self._make_room(seq, self._chunk_size(seq), plan)
             if num_tokens > 0:
                 self._add_chunk(plan, seq, num_tokens)

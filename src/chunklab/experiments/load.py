@@ -35,8 +35,8 @@ def reference_config(cfg: RunConfig) -> RunConfig:
                                engine=dataclasses.replace(cfg.engine, executor="simulated"))
 
 
-def cache_key(cfg: RunConfig, profile_digest: str) -> str:
-    ref = reference_config(cfg)
+def cache_key(ref: RunConfig, profile_digest: str) -> str:
+    """ref: a reference_config."""
     w = dataclasses.asdict(ref.workload) | {"rate_per_s": None, "load": None, "seed": None, "num_requests": None}
     doc = {"profile": profile_digest, "workload": w, "slo": dataclasses.asdict(ref.slo),
            "model": dataclasses.asdict(ref.model), "engine": dataclasses.asdict(ref.engine) | {"profile": None},
@@ -47,11 +47,11 @@ def cache_key(cfg: RunConfig, profile_digest: str) -> str:
 
 def workload_capacity(cfg: RunConfig) -> float:
     """Simulated capacity (req/s) of cfg's workload under the default scheduler; cached."""
-    cost_model, _ = cost_model_for(reference_config(cfg), required=True)
-    path = in_project(CACHE_DIR) / f"{cache_key(cfg, cost_model.provenance.digest)}.json"
+    ref = reference_config(cfg)
+    cost_model, _ = cost_model_for(ref, required=True)
+    path = in_project(CACHE_DIR) / f"{cache_key(ref, cost_model.provenance.digest)}.json"
     if path.is_file():
         return json.loads(path.read_text())["capacity_req_per_s"]
-    ref = reference_config(cfg)
     ref = dataclasses.replace(ref, workload=dataclasses.replace(ref.workload, num_requests=CAPACITY_REQUESTS))
     found = search(ref, CAPACITY_SEEDS, CAPACITY_TARGET)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ needs the profile.)
 """
 from __future__ import annotations
 
+from chunklab.calibration.machine import resolve_profile
 from chunklab.config import ConfigError, RunConfig
 from chunklab.engine.build import EXECUTORS
 from chunklab.engine.cost_models import COST_MODELS
@@ -17,8 +18,10 @@ from chunklab.experiments.load import resolve_load
 
 
 def prepare(cfg: RunConfig) -> RunConfig:
+    """engine.profile=auto becomes this machine's profile (calibrated once, if need be) here, once,
+    so every later reader (the engine, the conditions, the load) sees the path it ran with."""
     check_choices(cfg)
-    return resolve_load(resolve_kv_pool(cfg))
+    return resolve_load(resolve_kv_pool(resolve_profile(cfg)))
 
 
 def check_choices(cfg: RunConfig) -> None:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import itertools
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +37,7 @@ def run_grid(name: str, base: list[str], points: list[dict], run_root: Path,
     """before_each(i): called just before run i; the dict it returns joins that run's row (the
     fidelity stage reads a speed sentinel there)."""
     rows, requests, tokens, conds, steps = [], [], [], [], []
+    started_s = time.monotonic()
     for i, point in enumerate(points):
         overrides = base + [f"{k}={v}" for k, v in point.items()]
         cfg = compose_run_config(overrides)
@@ -53,8 +56,9 @@ def run_grid(name: str, base: list[str], points: list[dict], run_root: Path,
             features = [c for c in frame.columns if c.startswith(FEATURE_PREFIX)]  # a measured run's shapes
             steps.append(frame[STEP_COLUMNS + features].assign(run=i))
         conds.append(conditions_line(out.conditions))
-        print(f"[{name}] {i + 1}/{len(points)} {point}: TTFT p50 {out.summary.get('ttft_p50_s', float('nan')):.3f}s, "
-              f"{out.summary['output_tokens_per_s']:.1f} tok/s", flush=True)
+        print(f"[{name}] run {i + 1}/{len(points)}, {time.monotonic() - started_s:.0f} s: {point}: TTFT p50 "
+              f"{out.summary.get('ttft_p50_s', float('nan')):.3f}s, {out.summary['output_tokens_per_s']:.1f} tok/s",
+              file=sys.stderr, flush=True)
     return SweepResult(pd.DataFrame(rows), pd.concat(requests, ignore_index=True),
                        pd.concat(tokens, ignore_index=True) if tokens else pd.DataFrame(),
                        pd.concat(steps, ignore_index=True) if steps else pd.DataFrame(), conds)

@@ -95,6 +95,9 @@ def step_summary(steps: StepLog, num_chunked_prefills: int) -> dict[str, float]:
         "step_time_max_s": float(durations.max()),
         "running_mean": float(col["num_running"].mean()),
         "busy_s": float(durations.sum()),
+        # steps that carry prefill tokens: near 1, a prefill is always in flight and every decode
+        # shares its step with one (the chapter's explanation of when a small budget loses)
+        "prefill_step_share": float((col["num_prefill_tokens"] > 0).mean()),
     }
 
 

@@ -15,7 +15,10 @@ HEADLINE = [("ttft_p50_s", "TTFT p50 (s)"), ("ttft_p95_s", "TTFT p95 (s)"), ("it
             ("goodput_req_per_s", "goodput (req/s)")]
 
 
-def _save(fig, path: Path) -> Path:
+def _save(fig, path: Path, title: str, caption: str) -> Path:
+    """title: what the plot shows; caption: measured or simulated, the machine, the load or rate
+    (every figure says them, so a PNG read alone is never another machine's numbers)."""
+    fig.suptitle(f"{title}\n{caption}" if caption else title, fontsize=9)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -23,23 +26,43 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def ttft_ecdf(requests: pd.DataFrame, path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(6, 4))
-    sns.ecdfplot(requests, x="ttft_s", hue="budget", palette="viridis", ax=ax)
-    ax.set(xlabel="TTFT (s)", title="TTFT by budget (large trace, all seeds)")
-    return _save(fig, path)
+def budget_hue(frame: pd.DataFrame, column: str = "budget") -> tuple[pd.DataFrame, list[str], dict[str, tuple]]:
+    """Budgets as categories (distinct colours, numeric order): the frame with a `budget_label`
+    column, the order, and the palette."""
+    order = [str(b) for b in sorted(frame[column].unique())]
+    palette = dict(zip(order, sns.color_palette("colorblind", len(order))))
+    return frame.assign(budget_label=frame[column].astype(str)), order, palette
 
 
-def itl_distribution(requests: pd.DataFrame, path: Path) -> Path:
+def _legend_outside(ax, title: str = "") -> None:
+    """The legend right of the axes, never over the data."""
+    handles, labels = ax.get_legend_handles_labels()
+    if ax.get_legend() is not None:
+        ax.get_legend().remove()
+    ax.legend(handles, labels, title=title or None, fontsize=7, title_fontsize=7, loc="upper left",
+              bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+
+
+def ttft_ecdf(requests: pd.DataFrame, path: Path, caption: str = "") -> Path:
+    frame, order, palette = budget_hue(requests)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    sns.ecdfplot(frame, x="ttft_s", hue="budget_label", hue_order=order, palette=palette, ax=ax)
+    ax.set(xlabel="TTFT (s)")
+    _legend_outside(ax, "budget")
+    return _save(fig, path, "TTFT by budget (every request of every run)", caption)
+
+
+def itl_distribution(requests: pd.DataFrame, path: Path, caption: str = "") -> Path:
     gaps = [(b, float(g)) for b, s in zip(requests["budget"], requests["gaps_s"].fillna("")) for g in s.split()]
-    df = pd.DataFrame(gaps, columns=["budget", "gap_s"])
-    fig, ax = plt.subplots(figsize=(6, 4))
-    sns.ecdfplot(df, x="gap_s", hue="budget", palette="viridis", log_scale=True, ax=ax)
-    ax.set(xlabel="inter-token gap (s, log)", title="Every inter-token gap, by budget")
-    return _save(fig, path)
+    frame, order, palette = budget_hue(pd.DataFrame(gaps, columns=["budget", "gap_s"]))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    sns.ecdfplot(frame, x="gap_s", hue="budget_label", hue_order=order, palette=palette, log_scale=True, ax=ax)
+    ax.set(xlabel="inter-token gap (s, log)")
+    _legend_outside(ax, "budget")
+    return _save(fig, path, "Every inter-token gap, by budget", caption)
 
 
-def timeline(tokens: pd.DataFrame, path: Path) -> Path:
+def timeline(tokens: pd.DataFrame, path: Path, caption: str = "") -> Path:
     budgets = sorted(tokens["budget"].unique())
     fig, axes = plt.subplots(len(budgets), 1, figsize=(9, 2.6 * len(budgets)), sharex=True)
     colors = {"long": "tab:red", "short": "tab:blue"}
@@ -51,56 +74,64 @@ def timeline(tokens: pd.DataFrame, path: Path) -> Path:
             ax.plot(req["time_s"], [rid] * len(req), "|", color=color, ms=4, mew=0.6)
         ax.set(ylabel="request", title=f"budget {budget}: waiting (faint line) then one tick per token; red = 1536-token prompt")
     axes[-1].set_xlabel("time since the first arrival (s)")
-    return _save(fig, path)
+    return _save(fig, path, "The chapter's trace, request by request", caption)
 
 
-def prefill_split(split: pd.DataFrame, path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(6, 4))
+def prefill_split(split: pd.DataFrame, path: Path, caption: str = "") -> Path:
+    fig, ax = plt.subplots(figsize=(7, 4))
     sns.lineplot(split, x="chunk_tokens", y="median_ms", hue="attention", marker="o", ax=ax)
-    ax.set(xscale="log", yscale="log", xlabel="tokens per pass (log)", ylabel="total prefill time (ms, log)",
-           title="One 1536-token prefill split into passes")
-    return _save(fig, path)
+    ax.set(xscale="log", yscale="log", xlabel="tokens per pass (log)", ylabel="total prefill time (ms, log)")
+    _legend_outside(ax, "attention")
+    return _save(fig, path, "One 1536-token prefill split into passes", caption)
 
 
-def metrics_vs_budget(runs: pd.DataFrame, path: Path) -> Path:
-    fig, axes = plt.subplots(2, 3, figsize=(12, 6.5))
+def metrics_vs_budget(runs: pd.DataFrame, path: Path, hue: str = "size", caption: str = "") -> Path:
+    """hue: the column that splits the runs (the chapter's trace sizes, or loads)."""
+    fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
     for ax, (key, label) in zip(axes.flat, HEADLINE):
-        sns.pointplot(runs, x="budget", y=key, hue="size", errorbar=("pi", 100), estimator="median",
-                      dodge=0.2, ax=ax, markersize=4)
-        sns.stripplot(runs, x="budget", y=key, hue="size", dodge=True, alpha=0.4, ax=ax, legend=False, size=3)
+        sns.pointplot(runs, x="budget", y=key, hue=hue, errorbar=("pi", 100), estimator="median",
+                      dodge=0.3, ax=ax, markersize=4)
+        # no jitter: the same runs draw the same PNG
+        sns.stripplot(runs, x="budget", y=key, hue=hue, dodge=True, jitter=False, alpha=0.4, ax=ax, legend=False,
+                      size=3)
         ax.set(ylabel=label, xlabel="budget (tokens/step)")
-    fig.suptitle("Headline metrics by budget: median over seeds, bars span min-max, dots are runs")
-    return _save(fig, path)
-
-
-def ttft_by_class(requests: pd.DataFrame, path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(6, 4))
-    sns.boxplot(requests, x="budget", y="ttft_s", hue="label", ax=ax, fliersize=2)
-    ax.set(yscale="log", ylabel="TTFT (s, log)", xlabel="budget (tokens/step)",
-           title="TTFT by prompt class: chunking taxes the chunked request")
-    return _save(fig, path)
-
-
-def versus_rate(runs: pd.DataFrame, path: Path, metrics: list[tuple[str, str]],
-                title: str = "Against offered load, by budget") -> Path:
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.6))
-    style = "workload" if "workload" in runs and runs["workload"].nunique() > 1 else None
-    for ax, (key, label) in zip(axes, metrics):
-        sns.lineplot(runs.sort_values("rate_per_s"), x="rate_per_s", y=key, hue="budget", style=style, marker="o",
-                     ax=ax)
-        ax.set(xscale="log", xlabel="arrival rate (req/s, log)", ylabel=label)
-    axes[0].legend(fontsize=6)
-    for ax in axes[1:]:
         ax.get_legend().remove()
-    fig.suptitle(title)
-    return _save(fig, path)
+    _legend_outside(axes.flat[2], hue)
+    return _save(fig, path, "Headline metrics by budget: median, bars span min-max, dots are runs", caption)
 
 
-def fidelity(table: pd.DataFrame, path: Path) -> Path:
+def ttft_by_class(requests: pd.DataFrame, path: Path, caption: str = "") -> Path:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    sns.boxplot(requests, x="budget", y="ttft_s", hue="label", ax=ax, fliersize=2)
+    ax.set(yscale="log", ylabel="TTFT (s, log)", xlabel="budget (tokens/step)")
+    _legend_outside(ax, "prompt class")
+    return _save(fig, path, "TTFT by prompt class, by budget", caption)
+
+
+def versus_rate(runs: pd.DataFrame, path: Path, metrics: list[tuple[str, str]], title: str, caption: str = "",
+                hue: str = "budget") -> Path:
+    """One panel per workload and metric, the hue's lines against the arrival rate."""
+    workloads = list(dict.fromkeys(runs["workload"])) if "workload" in runs else [None]
+    fig, axes = plt.subplots(len(workloads), len(metrics), figsize=(5 * len(metrics) + 2.5, 3.4 * len(workloads)),
+                             squeeze=False)
+    order = list(dict.fromkeys(runs.sort_values(hue, key=lambda c: c.astype(str))[hue].astype(str)))
+    palette = dict(zip(order, sns.color_palette("colorblind", len(order))))
+    for row, workload in zip(axes, workloads):
+        part = runs if workload is None else runs[runs["workload"] == workload]
+        for ax, (key, label) in zip(row, metrics):
+            sns.lineplot(part.assign(**{hue: part[hue].astype(str)}).sort_values("rate_per_s"), x="rate_per_s",
+                         y=key, hue=hue, hue_order=order, palette=palette, marker="o", ms=4, ax=ax)
+            ax.set(xlabel="arrival rate (req/s)", ylabel=label, title=workload or "")
+            ax.get_legend().remove()
+    _legend_outside(axes[0][-1], hue)
+    return _save(fig, path, title, caption)
+
+
+def fidelity(table: pd.DataFrame, path: Path, caption: str = "") -> Path:
     """Per metric: measured median with its min-max spread (bars) and simulated (crosses), by budget."""
     metrics = list(dict.fromkeys(table["metric"]))
     budgets = sorted(table["budget"].unique())
-    colors = dict(zip(budgets, sns.color_palette("viridis", len(budgets))))
+    colors = dict(zip(budgets, sns.color_palette("colorblind", len(budgets))))
     fig, axes = plt.subplots(2, -(-len(metrics) // 2), figsize=(4 * -(-len(metrics) // 2), 6.5), squeeze=False)
     for ax, metric in zip(axes.flat, metrics):
         for budget in budgets:
@@ -111,50 +142,62 @@ def fidelity(table: pd.DataFrame, path: Path) -> Path:
             ax.plot(t["rate_per_s"], t["simulated"], color=colors[budget], marker="x", ms=7, ls="--",
                     label=f"{budget} simulated")
         ax.set(title=metric, xlabel="arrival rate (req/s)")
-    axes.flat[0].legend(fontsize=7, title="budget")
-    fig.suptitle("Fidelity: simulated (x, dashed) vs measured (median, min-max over repeats)", fontsize=10)
-    return _save(fig, path)
+    for ax in list(axes.flat)[len(metrics):]:
+        ax.axis("off")
+    _legend_outside(axes[0][-1], "budget")
+    return _save(fig, path, "Fidelity: simulated (x, dashed) vs measured (median, min-max over repeats)", caption)
 
 
 MAP_METRICS = [("goodput_req_per_s", "goodput (req/s)", ".2f"), ("ttft_p99_s", "TTFT p99 (s)", ".2f"),
                ("itl_p99_s", "ITL p99, per gap (s)", ".3f"), ("worst_stall_s", "worst stall (s)", ".2f")]
 
 
-def budget_load_heatmaps(cells: pd.DataFrame, path: Path, title: str) -> Path:
-    fig, axes = plt.subplots(1, len(MAP_METRICS), figsize=(5.2 * len(MAP_METRICS), 4.6))
-    for ax, (key, label, fmt) in zip(axes, MAP_METRICS):
+def budget_load_heatmaps(cells: pd.DataFrame, path: Path, title: str, caption: str = "") -> Path:
+    """Two by two: one heatmap per metric, each cell's number legible at the size REPORT.md shows."""
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    for ax, (key, label, fmt) in zip(axes.flat, MAP_METRICS):
         grid = cells.pivot(index="budget", columns="load", values=key).sort_index(ascending=False)
-        sns.heatmap(grid, annot=True, fmt=fmt, annot_kws={"size": 6}, cmap="viridis_r" if key != "goodput_req_per_s"
+        sns.heatmap(grid, annot=True, fmt=fmt, annot_kws={"size": 9}, cmap="viridis_r" if key != "goodput_req_per_s"
                     else "viridis", cbar=False, ax=ax)
         ax.set(title=label, xlabel="load (x capacity)", ylabel="budget (tokens/step)")
-    fig.suptitle(f"Budget x load: {title}")
-    return _save(fig, path)
+    return _save(fig, path, f"Budget x load: {title}", caption)
 
 
-def best_budget(best: pd.DataFrame, cells: pd.DataFrame, path: Path) -> Path:
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
-    sns.lineplot(best, x="load", y="budget", hue="workload", marker="o", ax=a)
-    a.set(yscale="log", ylabel="best budget (tokens/step, log)", xlabel="load (x capacity)",
-          title="Budget with the highest goodput, per load")
-    sns.lineplot(cells, x="load", y="goodput_req_per_s", hue="budget", style="workload", palette="viridis",
-                 marker=".", ax=b)
-    b.set(xlabel="load (x capacity)", ylabel="goodput (req/s)", title="Goodput by budget")
-    b.legend(fontsize=6, ncol=2)
-    fig.suptitle("Simulated: which budget to pick, by load")
-    return _save(fig, path)
+def best_budget(best: pd.DataFrame, cells: pd.DataFrame, path: Path, caption: str = "") -> Path:
+    """Left: the best budget per load and workload; right: goodput per budget (only budgets that ran)."""
+    workloads = list(dict.fromkeys(cells["workload"]))
+    fig, axes = plt.subplots(1, 1 + len(workloads), figsize=(5 * (1 + len(workloads)) + 2, 4))
+    sns.lineplot(best, x="load", y="budget", hue="workload", marker="o", ax=axes[0])
+    axes[0].set(yscale="log", ylabel="best budget (tokens/step, log)", xlabel="load (x capacity)",
+                title="Budget with the highest goodput")
+    axes[0].legend(fontsize=7, title="workload", title_fontsize=7)
+    frame, order, palette = budget_hue(cells)
+    for ax, workload in zip(axes[1:], workloads):
+        sns.lineplot(frame[frame["workload"] == workload], x="load", y="goodput_req_per_s", hue="budget_label",
+                     hue_order=order, palette=palette, marker=".", ax=ax)
+        ax.set(xlabel="load (x capacity)", ylabel="goodput (req/s)", title=f"goodput by budget: {workload}")
+        ax.get_legend().remove()
+    _legend_outside(axes[-1], "budget")
+    return _save(fig, path, "Which budget to pick, by load", caption)
 
 
-def queue_timeline(queue: pd.DataFrame, path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(11, 4))
-    for (replay, budget), q in queue.groupby(["replay", "budget"]):
-        ax.plot(q["time_s"] / 60, q["waiting"], lw=0.8, label=f"{replay}, budget {budget}")
-    ax.set(xlabel="trace time (min)", ylabel="requests waiting (max per bin)", yscale="symlog",
-           title="Simulated: queue length over the Azure conversation trace")
-    ax.legend(fontsize=7)
-    return _save(fig, path)
+def queue_timeline(queue: pd.DataFrame, path: Path, caption: str = "") -> Path:
+    """One panel per replay (real time, compressed): the budgets' queues over the same trace."""
+    replays = list(dict.fromkeys(queue["replay"]))
+    frame, order, palette = budget_hue(queue)
+    fig, axes = plt.subplots(len(replays), 1, figsize=(12, 3 * len(replays)), squeeze=False, sharex=True)
+    for ax, replay in zip(axes[:, 0], replays):
+        for label in order:
+            q = frame[(frame["replay"] == replay) & (frame["budget_label"] == label)]
+            if len(q):
+                ax.plot(q["time_s"] / 60, q["waiting"], lw=0.9, color=palette[label], label=label)
+        ax.set(ylabel="requests waiting\n(max per bin)", yscale="symlog", title=f"arrivals {replay}")
+        _legend_outside(ax, "budget")
+    axes[-1, 0].set_xlabel("trace time (min)")
+    return _save(fig, path, "Queue length over the Azure conversation trace, by budget", caption)
 
 
-def operator_fit(points: pd.DataFrame, path: Path, title: str) -> Path:
+def operator_fit(points: pd.DataFrame, path: Path, title: str, caption: str = "") -> Path:
     """Measured and predicted time per operator against token count (log-log); held-out points hollow."""
     ops = list(dict.fromkeys(points["op"]))
     cols = 4
@@ -171,5 +214,4 @@ def operator_fit(points: pd.DataFrame, path: Path, title: str) -> Path:
     for ax in list(axes.flat)[len(ops):]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    return _save(fig, path)
+    return _save(fig, path, title, caption)

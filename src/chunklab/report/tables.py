@@ -24,6 +24,7 @@ OUR_COLUMNS = [
     ("class_short_slowdown_p50", "Short-prompt slowdown p50", 1, "{:.2f}"),
     ("slo_attainment", "In SLO", 100, "{:.0f}%"),
     ("preemptions", "Preemptions", 1, "{:.0f}"),
+    ("prefill_step_share", "Steps with a prefill", 100, "{:.0f}%"),
 ]
 
 

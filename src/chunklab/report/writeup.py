@@ -63,35 +63,40 @@ def measured_capacity(outputs: Path) -> float | None:
     return float(pd.read_csv(path)["measured_req_per_s"].iloc[0]) if path.is_file() else None
 
 
-def prefill_step_share(outputs: Path, runs: pd.DataFrame) -> dict[int, float]:
-    """Per budget, the median over the large runs at the chapter's rate of the share of steps that carry
-    prefill tokens: near 1, a prefill is always in flight (the chapter's explanation of when chunking
-    loses)."""
-    path = outputs / "token_budget" / "steps_large.csv"
-    large = runs[runs["size"] == "large"].reset_index(drop=True)
-    if not path.is_file() or large.empty:
-        return {}
-    steps = pd.read_csv(path, usecols=["run", "num_prefill_tokens"])
-    share = steps.groupby("run")["num_prefill_tokens"].apply(lambda x: float((x > 0).mean()))
-    at_rate = large[large["intensity"] == large["intensity"].iloc[0]]
-    return {int(b): float(share.reindex(g.index).median()) for b, g in at_rate.groupby("budget")}
+def grid_runs(outputs: Path) -> pd.DataFrame:
+    """The fidelity stage's measured runs of the ch10 mix (each budget at each load of the measured
+    capacity), labelled by load; empty without them."""
+    path = outputs / "fidelity" / "runs.csv"
+    if not path.is_file():
+        return pd.DataFrame()
+    fid = pd.read_csv(path)
+    fid = fid[(fid["executor"] == "torch") & fid["load"].notna()]
+    return fid.assign(load=[f"load {x:g} of the measured capacity ({r:.2f} req/s)"
+                            for x, r in zip(fid["load"], fid["rate_per_s"])])
 
 
 def claim_runs(runs: pd.DataFrame, outputs: Path) -> pd.DataFrame:
     """Every measured run that can decide a budget claim, labelled by its load: the token-budget
-    stage's repeats at the chapter's rate, and the fidelity stage's measured repeats of the ch10 mix."""
+    stage's repeats at the chapter's rate, and the fidelity stage's grid."""
     capacity = measured_capacity(outputs)
     large = runs[(runs["size"] == "large") & (runs["intensity"] == runs["intensity"].iloc[0])]
     repeated = large["seed"].value_counts().idxmax()  # the seed the stage repeats (its others ran once)
     rate = float(large["rate_per_s"].iloc[0])
-    share = f", {rate / capacity:.2f} of this machine's measured capacity ({capacity:.2f} req/s)" if capacity else ""
+    share = f", {rate / capacity:.2f} of the measured capacity" if capacity else ""
     frames = [large[large["seed"] == repeated].assign(load=f"{rate:g} req/s (the chapter's rate{share})")]
-    path = outputs / "fidelity" / "runs.csv"
-    if path.is_file():
-        fid = pd.read_csv(path)
-        fid = fid[(fid["executor"] == "torch") & fid["load"].notna()]
-        frames.append(fid.assign(load=fid["load"].map(lambda x: f"load {x:g} of this machine's simulated capacity")))
-    return pd.concat(frames, ignore_index=True)
+    return pd.concat(frames + [grid_runs(outputs)], ignore_index=True)
+
+
+def prefill_step_share(claims: pd.DataFrame) -> str:
+    """The share of steps that carry prefill tokens, per load and budget (median over repeats): near 1,
+    a prefill is always in flight (the chapter's explanation of when chunking loses)."""
+    if "prefill_step_share" not in claims or claims["prefill_step_share"].isna().all():
+        return ""
+    share = claims.groupby(["load", "budget"], sort=False)["prefill_step_share"].median().unstack("budget")
+    share = (100 * share).round(0).astype("Int64").astype(str) + "%"
+    share.columns = [f"budget {b}" for b in share.columns]
+    return ("Steps that carry prefill tokens (median over repeats), the chapter's explanation of when chunking "
+            "loses:\n\n" + share.reset_index().rename(columns={"load": "where"}).to_markdown(index=False))
 
 
 def all_verdicts(runs: pd.DataFrame, split: pd.DataFrame, outputs: Path) -> pd.DataFrame:
@@ -120,7 +125,6 @@ def claim_findings(runs: pd.DataFrame, split: pd.DataFrame, outputs: Path) -> li
     verdicts = all_verdicts(runs, split, outputs)
     undecided = list(dict.fromkeys(verdicts.loc[verdicts["verdict"] == NA, "load"]))
     verdicts = verdicts[verdicts["verdict"] != NA]
-    share = prefill_step_share(outputs, runs)
     lines = ["### The chapter's claims, decided by the data (measured)",
              "Each claim compares the smallest budget measured at a load with the largest: **holds** when "
              "their ranges over repeated runs do not overlap and the medians move as the chapter says, **does "
@@ -128,10 +132,9 @@ def claim_findings(runs: pd.DataFrame, split: pd.DataFrame, outputs: Path) -> li
              verdict_table(verdicts)]
     if undecided:
         lines.append(f"No verdict at {', '.join(undecided)}: one budget was measured there.")
+    share = prefill_step_share(claim_runs(runs, outputs))
     if share:
-        lines.append("Steps carrying prefill tokens at the chapter's rate (median over its runs): "
-                     + ", ".join(f"budget {b}: {100 * v:.0f}%" for b, v in sorted(share.items()))
-                     + ". (The fidelity stage keeps no per-step record of its runs, so its loads have none.)")
+        lines.append(share)
     return lines
 
 
@@ -227,34 +230,17 @@ def repro_cpu(outputs: Path) -> str:
     return json.loads(path.read_text())["fingerprint"]["cpu_model"] if path.is_file() else ""
 
 
-def reference_machine(outputs: Path) -> tuple[str, str]:
-    """The CPU the reference profile (outputs/profiles/cpu.json, the sim_* stages') was calibrated on, and when."""
-    path = outputs / "profiles" / "cpu.json"
-    if not path.is_file():
-        return "", ""
-    doc = json.loads(path.read_text())
-    cond = doc.get("conditions", {})
-    return doc.get("fingerprint", {}).get("cpu_model") or cond.get("cpu_model", ""), cond.get("measured_at", "")
-
-
-def two_machines(outputs: Path) -> list[str]:
-    """The report's first lines when its simulated sections predict another machine than the one that
-    measured its measured tables: both named, and how to make them one."""
-    measured, (reference, when) = repro_cpu(outputs), reference_machine(outputs)
-    if not measured or not reference or measured == reference:
-        return []
-    return [f"**Two machines in this report.** The MEASURED tables were measured on {measured} (this repro's "
-            f"calibration, outputs/profiles/machine.json). The SIMULATED sections predict the reference profile's "
-            f"machine, {reference} (outputs/profiles/cpu.json, calibrated {when}): their numbers describe that "
-            "machine, not this one. `make reference-profile` after `dvc repro calibrate` makes them one."]
-
-
-def other_machine(table_md: str, cpu_model: str) -> list[str]:
-    """A measured table whose conditions do not name the CPU that calibrated this repro came from a
-    stage not rerun on it: one line says so beside the table (never one machine's numbers silently
-    beside another's). CPUs are named with family/model/stepping and ISA, so two EPYCs differ."""
+def other_machine(table_md: str, cpu_model: str, simulated: bool = False) -> list[str]:
+    """A table whose conditions do not name the CPU that calibrated this repro came from a stage not
+    rerun on it (measured), or from another machine's profile (simulated): one line says so beside the
+    table (never one machine's numbers silently beside another's). CPUs are named with
+    family/model/stepping and ISA, so two EPYCs differ."""
     if not cpu_model or cpu_model in table_md:
         return []
+    if simulated:
+        return [f"**Simulated for another machine.** These conditions do not name this repro's CPU ({cpu_model}, "
+                "outputs/profiles/machine.json): the stage predicted another machine's profile, so its numbers "
+                "describe that machine, not the one of the measured tables."]
     return [f"**Measured on another machine.** These conditions do not name this repro's CPU ({cpu_model}, "
             "outputs/profiles/machine.json): the stage was not rerun on it, so its numbers are not comparable "
             "with the measured tables that name it."]
@@ -270,28 +256,31 @@ def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) ->
         md = t(name)
         return [md, *other_machine(md, cpu_model)]
 
-    def sim(name: str) -> str:
-        return (outputs / "simulated" / "tables" / f"{name}.md").read_text()
+    def sim(name: str, profiled: bool = True) -> str:
+        """A simulated table; profiled (the CPU profile, not a GPU preset): a line if of another machine's."""
+        md = (outputs / "simulated" / "tables" / f"{name}.md").read_text()
+        return "\n\n".join([md, *other_machine(md, cpu_model, simulated=True)]) if profiled else md
 
     parts = [
-        "# Chunked prefill and the token budget, reproduced", *two_machines(outputs),
+        "# Chunked prefill and the token budget, reproduced",
         "Generated by `dvc repro` (stage `report`). Two kinds of numbers, always labelled: **MEASURED** "
         "tables come from the real engine on the machine that ran the stage (conditions and noise given "
         "with them; another machine gives other numbers); **SIMULATED** tables come from the same "
-        "scheduler driven by the committed step-cost profile (outputs/profiles/cpu.json) and reproduce "
+        "scheduler driven by this repro's step-cost profile of the same machine (outputs/profiles/machine.json) and reproduce "
         "byte for byte anywhere. How far simulated is from measured is itself measured (Fidelity).",
         "## Prefill split (measured)", *m("prefill_split"), *prefill_findings(split),
         "![prefill split](plots/prefill_split.png)",
         "## Token budget (measured)", *m("token_budget_large"), t("token_budget_seeds"),
-        *budget_findings(runs, "large"), *claim_findings(runs, split, outputs),
+        *budget_findings(runs, "large"), *m("token_budget_loads"), "![budget by load](plots/budget_by_load.png)",
+        *claim_findings(runs, split, outputs),
         *m("token_budget_small"), t("token_budget_chapter"),
         "### Where we differ from the chapter, and why",
         "The chapter's 24-request trace (seed medians) against its published run:",
         comparison(runs),
         *differences(runs, measured_capacity(outputs)),
         "## Fidelity: simulated against measured", *m("fidelity"), *fidelity_findings(outputs),
-        "![fidelity](fidelity/fidelity.png)",
-        "## Capacity (measured and simulated on this machine; simulated maps on the reference)", *m("capacity"),
+        "![fidelity](plots/fidelity.png)",
+        "## Capacity (measured, and simulated with this machine's profile)", *m("capacity"),
         sim("capacity"),
         "![goodput vs rate](simulated/capacity/goodput_vs_rate.png)",
         "## Which budget, at which load (simulated)", sim("maps"), *map_findings(outputs),
@@ -304,7 +293,7 @@ def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) ->
         "The chapter closes on prompts of thousands of tokens arriving into a pool of hundreds of conversations. "
         "Here the same scheduler serves Llama-3-8B on an H100 and Mistral-NeMo-12B on an A100 (SIMULATED, the "
         "roofline cost model of each spec sheet; docs/production-scale.md).",
-        *production_findings(outputs), sim("production"),
+        *production_findings(outputs), sim("production", profiled=False),
         "![Llama-3-8B on H100, ch10 mix at production lengths](simulated/production/llama3_8b_h100_ch10_production_heatmaps.png)",
         "![Llama-3-8B on H100, conversation trace](simulated/production/llama3_8b_h100_azure_conv_heatmaps.png)",
         "### The cost model behind it", (outputs / "cost_models" / "cost_models.md").read_text(),

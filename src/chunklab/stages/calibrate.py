@@ -23,13 +23,13 @@ from chunklab.calibration.machine import machine_profile_path, write_profile
 from chunklab.calibration.profile import HELD_OUT_REPLAYS, CalibrationSettings, calibrate
 from chunklab.engine.cost_models.linear import probe_only
 from chunklab.engine.step_shape import FEATURES
-from chunklab.experiments.compose import compose_run_config
+from chunklab.hydra_compose import compose_config
 from chunklab.stages.common import write_json
 from chunklab.stages.params import CalibrateParams
 
 
 def run(p: CalibrateParams, out_dir: Path) -> None:
-    cfg = compose_run_config(["tracking=none", *p.overrides])  # the model and compute path to calibrate
+    cfg = compose_config(["tracking=none", *p.overrides])  # the model and compute path to calibrate
     settings = CalibrationSettings(seed=p.seed, num_random_shapes=p.num_random_shapes, rounds=p.rounds,
                                    burst=p.burst, held_out_share=p.held_out_share, replay_requests=p.replay_requests)
     cal = calibrate(cfg.model, cfg.engine, settings)

@@ -5,6 +5,8 @@ import argparse
 import json
 from pathlib import Path
 
+import pandas as pd
+
 from chunklab.paths import project_dir
 from chunklab.stages.params import Params, ParamsError, load_params
 
@@ -39,3 +41,13 @@ def write_json(path: Path, data) -> None:
 def write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
+
+
+def measured_capacity(capacity_csv: Path) -> float:
+    """This machine's measured capacity (req/s, budget 512) from the capacity stage's table."""
+    return float(pd.read_csv(capacity_csv)["measured_req_per_s"].iloc[0])
+
+
+def profile_machine(profile: Path) -> str:
+    """The CPU a profile was calibrated on, as the report names it (its fingerprint's cpu_model)."""
+    return json.loads(Path(profile).read_text())["fingerprint"]["cpu_model"]

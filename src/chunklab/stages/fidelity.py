@@ -21,49 +21,53 @@ from chunklab.calibration.sentinel import SpeedSentinel, geometric_mean
 from chunklab.experiments.simulate import simulate_many, simulate_requests
 from chunklab.experiments.sweep import run_grid
 from chunklab.metrics.conditions import sim_conditions_line
-from chunklab.report import figures
-from chunklab.report.fidelity import drift_table, paired_errors, paired_table, repeat_floor
-from chunklab.stages.common import runs_dir, write_json, write_text
+from chunklab.experiments.fidelity import drift_table, paired_errors, paired_table, repeat_floor
+from chunklab.stages.common import measured_capacity, runs_dir, write_json, write_text
 from chunklab.stages.fidelity_tables import (SCALED, SENTINEL, markdown, metrics, percentile_table,
                                              step_errors)
 from chunklab.stages.params import FidelityParams
 
 
-def points(p: FidelityParams) -> list[tuple[str, dict]]:
-    """(label, overrides) of every point, named as paired.csv names them."""
+def points(p: FidelityParams, capacity_req_per_s: float) -> list[tuple[str, float | None, dict]]:
+    """(label, load, overrides) of every point, named as paired.csv names them: each budget at each
+    load of this machine's measured capacity (the grid the report's budget table and claims read),
+    then the trace slice (load None: its own timestamps)."""
     out = []
     extra = lambda overrides: dict(o.split("=", 1) for o in overrides)  # noqa: E731
-    for budget, load in p.points:
-        out.append((f"{p.workload} b{budget} load {load:g}",
-                    {"experiment": "ch10", "workload": p.workload, "workload.num_requests": p.num_requests,
-                     "workload.seed": p.seed, "workload.load": load, "scheduler.budget": budget}
-                    | extra(p.mix_overrides)))
+    for load in p.loads:
+        for budget in p.budgets:
+            out.append((f"{p.workload} b{budget} load {load:g}", load,
+                        {"experiment": "ch10", "workload": p.workload, "workload.num_requests": p.num_requests,
+                         "workload.seed": p.seed, "workload.rate_per_s": round(load * capacity_req_per_s, 4),
+                         "scheduler.budget": budget} | extra(p.mix_overrides)))
     t = p.trace
-    out.append((f"azure_conv b{t.budget} rows {t.start_offset}-{t.start_offset + t.rows}",
+    out.append((f"azure_conv b{t.budget} rows {t.start_offset}-{t.start_offset + t.rows}", None,
                 {"workload": "azure_conv", "slo": "ch10", "workload.num_requests": t.rows,
                  "workload.trace.start_offset": t.start_offset, "scheduler.budget": t.budget}
                 | extra(t.overrides)))
     return out
 
 
-def sim_config(sim_base: list[str], pt: dict, rate_per_s: float, step_time_scale: float = 1.0):
-    """A point's simulated run at the rate its measured runs resolved (not its load: capacity
-    is the profile's, and a scaled profile has another)."""
-    return compose_run_config(sim_base + [f"{k}={v}" for k, v in pt.items() if k != "workload.load"]
-                              + ([f"workload.rate_per_s={rate_per_s}"] if "workload.load" in pt else [])
+def sim_config(sim_base: list[str], pt: dict, step_time_scale: float = 1.0):
+    """A point's simulated run: the same requests at the same rate as its measured runs."""
+    return compose_run_config(sim_base + [f"{k}={v}" for k, v in pt.items()]
                               + ([f"hardware.step_time_scale={step_time_scale}"] if step_time_scale != 1.0 else []))
 
 
-def run(p: FidelityParams, profile: Path, probe_only_profile: Path, out_dir: Path, table_path: Path) -> None:
+def run(p: FidelityParams, profile: Path, probe_only_profile: Path, capacity_csv: Path, out_dir: Path,
+        table_path: Path) -> None:
     """Writes out_dir (fidelity.csv, paired.csv, paired_before_after.csv, runs.csv, requests_measured.csv,
-    step_error.csv, drift.csv, fidelity_sentinel_scaled.csv, conditions.json, fidelity.png, metrics.json)
-    and the table at table_path. profile: this machine's profile (fit on probe shapes and serving
-    replays), probe_only_profile: its probe-only fit; both named in the conditions as given."""
+    step_error.csv, drift.csv, fidelity_sentinel_scaled.csv, conditions.json, metrics.json) and the
+    table at table_path. profile: this machine's profile (fit on probe shapes and serving replays),
+    probe_only_profile: its probe-only fit; both named in the conditions as given. capacity_csv: the
+    capacity stage's measured capacity, which the loads are fractions of."""
     profiles = {"probe + serving": profile, "probe only": probe_only_profile}
     out_dir.mkdir(parents=True, exist_ok=True)
     base = ["tracking.progress=false", "tracking.experiment_name=dvc_fidelity", "slowdown=false",
             f"engine.profile={profile}", *p.overrides]
-    pts = points(p)
+    capacity = measured_capacity(capacity_csv)
+    pts = [(label, pt) for label, _, pt in points(p, capacity)]
+    loads = {label: load for label, load, _ in points(p, capacity)}
     order = [(r, label, pt) for r in range(p.repeats) for label, pt in pts]  # repeats outermost: drift hits all
     sentinel = SpeedSentinel.for_run(compose_run_config(base))
     readings = []
@@ -76,6 +80,8 @@ def run(p: FidelityParams, profile: Path, probe_only_profile: Path, out_dir: Pat
     labels = [label for _, label, _ in order]
     res.runs.insert(0, "repeat", [r for r, _, _ in order])
     res.runs.insert(0, "point", labels)
+    res.runs["load"] = [loads[label] for label in labels]  # of the measured capacity
+    res.runs["measured_capacity_req_per_s"] = capacity
     res.requests.insert(0, "repeat", res.requests["run"].map(lambda i: order[i][0]))
     res.requests.insert(0, "point", res.requests["run"].map(lambda i: labels[i]))
     # Simulated at the very rates the measured runs resolved (same seed, same requests).
@@ -83,7 +89,7 @@ def run(p: FidelityParams, profile: Path, probe_only_profile: Path, out_dir: Pat
     sims, paired, tables, errors, runs = {}, {}, {}, {}, [res.runs.assign(executor="torch")]
     for fit, fit_profile in profiles.items():
         sim_base = ["tracking=none", "slowdown=false", f"engine.profile={fit_profile}", *p.overrides]
-        cfgs = [sim_config(sim_base, pt, rates[label]) for label, pt in pts]
+        cfgs = [sim_config(sim_base, pt) for _, pt in pts]
         sims[fit] = simulate_many(cfgs, p.processes, fn=simulate_requests)
         sim_req = pd.concat([pd.DataFrame(reqs).assign(point=label) for (label, _), (_, reqs) in zip(pts, sims[fit])])
         errors[fit] = paired_errors(res.requests, sim_req)
@@ -98,7 +104,7 @@ def run(p: FidelityParams, profile: Path, probe_only_profile: Path, out_dir: Pat
             # step times scaled by that repeat's sentinel (and, as a check that cannot be a
             # prediction, by the repeat's own measured / predicted step ratio).
             for name, column in SCALED.items():
-                scaled = [sim_config(sim_base, pt, rates[label], scale)
+                scaled = [sim_config(sim_base, pt, scale)
                           for (_, label, pt), scale in zip(order, res.runs[column])]
                 result = simulate_many(scaled, p.processes, fn=simulate_requests)
                 sim_req = pd.concat([pd.DataFrame(reqs).assign(point=label, repeat=r)
@@ -133,9 +139,8 @@ def run(p: FidelityParams, profile: Path, probe_only_profile: Path, out_dir: Pat
     drift.to_csv(out_dir / "drift.csv", index=False, float_format="%.4g")
     lines = {"measured": res.conditions[0]} | cond_lines
     (out_dir / "conditions.json").write_text(json.dumps(lines, indent=2) + "\n")
-    figures.fidelity(table[~table["point"].str.startswith("azure")], out_dir / "fidelity.png")
-    write_json(out_dir / "metrics.json", metrics(paired["probe + serving"], table)
-               | {f"{k} ({SENTINEL})": v for k, v in metrics(paired[SENTINEL], tables[SENTINEL]).items()})
+    write_json(out_dir / "metrics.json", metrics(paired["probe + serving"], table, floor)
+               | {f"{k} ({SENTINEL})": v for k, v in metrics(paired[SENTINEL], tables[SENTINEL], floor).items()})
     md = markdown(p, paired, floor, tables, step_err, drift, lines)
     write_text(table_path, md)
     print(md)

@@ -9,7 +9,7 @@ import pandas as pd
 from chunklab.engine.cost_models.linear import LinearCostModel, probe_only, read_profile
 from chunklab.engine.step_log import FEATURE_PREFIX
 from chunklab.engine.step_shape import FEATURES
-from chunklab.report.fidelity import drift_correlation, fidelity_table, step_error_table
+from chunklab.experiments.fidelity import drift_correlation, fidelity_table, step_error_table
 from chunklab.stages.params import FidelityParams
 
 SENTINEL = "sentinel-scaled"
@@ -41,11 +41,38 @@ def step_errors(steps: pd.DataFrame, profile: Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def metrics(paired: pd.DataFrame, table: pd.DataFrame) -> dict:
+ABSOLUTE_GOAL = 0.05  # the paired median error the simulation aims at, whatever the machine's noise
+
+
+def against_floor(paired: pd.DataFrame, floor: pd.DataFrame) -> pd.DataFrame:
+    """Per point and metric: the paired median error, the repeat-vs-repeat floor, their ratio (at or
+    under 1: the simulation is as close to a run as another run is), and the absolute goal met or not."""
+    t = paired[["point", "metric", "median_rel_error"]].merge(
+        floor[["point", "metric", "median_rel_error"]].rename(columns={"median_rel_error": "floor"}),
+        on=["point", "metric"], how="left")
+    return t.assign(error_over_floor=t["median_rel_error"] / t["floor"],
+                    goal_5pct_met=t["median_rel_error"] <= ABSOLUTE_GOAL)
+
+
+def metrics(paired: pd.DataFrame, table: pd.DataFrame, floor: pd.DataFrame) -> dict:
     at = paired[paired["point"].str.contains("load 0.85|azure_conv")]
+    ratio = against_floor(paired, floor)
     return {"paired_median_rel_error_max_at_0.85_and_trace": round(float(at["median_rel_error"].max()), 4),
             "paired_p90_rel_error_max_at_0.85_and_trace": round(float(at["p90_rel_error"].max()), 4),
-            "percentile_rows_meeting_goal": round(float(table["met"].mean()), 4)}
+            "percentile_rows_meeting_goal": round(float(table["met"].mean()), 4),
+            "error_over_floor_max": round(float(ratio["error_over_floor"].max()), 4),
+            "points_at_or_under_floor": round(float((ratio["error_over_floor"] <= 1).mean()), 4)}
+
+
+def floor_table(paired: pd.DataFrame, floor: pd.DataFrame) -> str:
+    """The section's headline: error / floor per point, one column per metric."""
+    ratio = against_floor(paired, floor)
+    columns = {"median_rel_error": "error", "floor": "floor", "error_over_floor": "error / floor"}
+    wide = ratio.pivot(index="point", columns="metric", values=list(columns))
+    order = [(k, m) for m in dict.fromkeys(ratio["metric"]) for k in columns]
+    wide = wide[order].reindex(list(dict.fromkeys(ratio["point"])))
+    wide.columns = [f"{m} {columns[k]}" for k, m in order]
+    return wide.reset_index().to_markdown(index=False, floatfmt=".3f")
 
 
 def markdown(p: FidelityParams, paired: dict, floor: pd.DataFrame, tables: dict, step_err: pd.DataFrame,
@@ -64,8 +91,16 @@ def markdown(p: FidelityParams, paired: dict, floor: pd.DataFrame, tables: dict,
     at85 = table[table["point"].str.contains("load 0.85")]
     at85_scaled = table_scaled[table_scaled["point"].str.contains("load 0.85")]
     corr = lambda metric, ratio: drift_correlation(drift, metric, ratio)  # noqa: E731
+    ratio = against_floor(after, floor)
     return "\n".join([
         "### Fidelity: simulated against measured", "",
+        "Headline: each point's paired median error of simulated against measured (per request, paired by id), "
+        "beside the floor, the same error between two measured repeats of the same requests: this machine's "
+        "noise. error / floor at or under 1: the simulation is as close to a run as a rerun is. "
+        f"{(ratio['error_over_floor'] <= 1).sum()} of {len(ratio)} (point, metric) pairs are at or under their "
+        f"floor; {ratio['goal_5pct_met'].sum()} of {len(ratio)} meet the absolute goal of a median error of "
+        f"{100 * ABSOLUTE_GOAL:.0f}% or less, and every floor above 5% says why a miss is no surprise.", "",
+        floor_table(after, floor), "",
         f"MEASURED points, each {p.repeats} times (same seed: the machine's noise), against SIMULATED runs of the "
         "same requests with this machine's profile. Loads are of this machine's capacity (default scheduler, "
         "budget 512).", "",

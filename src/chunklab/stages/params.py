@@ -54,7 +54,8 @@ class FidelityParams:
     num_requests: int
     seed: int
     repeats: int
-    points: list[tuple[int, float]]  # (budget, load of this machine's capacity)
+    budgets: list[int]
+    loads: list[float]  # of this machine's measured capacity (the capacity stage's, budget 512)
     trace: FidelityTrace
     processes: int
     mix_overrides: list[str] = _overrides()
@@ -80,7 +81,6 @@ class TokenBudgetParams:
     repeats: int
     extra_seeds: list[int]
     rate_per_s: float
-    loads: list[float]
     overrides: list[str]
 
 

@@ -96,10 +96,13 @@ def against_vllm(p: PerfParams, cfg) -> tuple[pd.DataFrame, str]:
     return compare.table(compare.ours(peer, overrides, samples), vllm), note
 
 
-def run(p: PerfParams, csv_path: Path, vs_vllm_path: Path, end_to_end_path: Path, conditions_path: Path,
+def run(p: PerfParams, profile: Path, csv_path: Path, vs_vllm_path: Path, end_to_end_path: Path, conditions_path: Path,
         metrics_path: Path, table_path: Path) -> None:
     """Writes the ratios (csv_path), the vLLM comparison, the end-to-end runs, the conditions,
-    the metrics and the markdown table, each to its path."""
+    the metrics and the markdown table, each to its path. profile: this machine's (the calibrate
+    stage's), which every run here is predicted or simulated by."""
+    named = f"engine.profile={profile}"
+    p = dataclasses.replace(p, overrides=[named, *p.overrides], trace_overrides=[named, *p.trace_overrides])
     cfg = compose_run_config(p.overrides)
     ratios = pd.DataFrame(limits(p, cfg) + simulator(p))
     e2e = end_to_end(p)

@@ -9,7 +9,7 @@ import pandas as pd
 
 from chunklab import bench
 from chunklab.config import EngineConfig
-from chunklab.experiments.compose import compose_run_config
+from chunklab.hydra_compose import compose_config
 from chunklab.metrics.conditions import conditions, conditions_line
 from chunklab.stages.common import write_json
 from chunklab.stages.params import PrefillSplitParams
@@ -18,7 +18,7 @@ from chunklab.stages.params import PrefillSplitParams
 def run(p: PrefillSplitParams, csv_path: Path, conditions_path: Path) -> None:
     """Writes the timings (one row per attention and chunk size) to csv_path and the run's
     conditions with the GEMM peaks to conditions_path."""
-    cfg = compose_run_config(p.overrides)
+    cfg = compose_config(p.overrides)
     peaks_before = bench.gemm_peaks(cfg.model, p.prompt_tokens)
     flops = bench.prefill_flops(cfg.model, p.prompt_tokens)
     configs = [(impl, chunk) for impl in p.attention for chunk in p.chunk_tokens]

@@ -1,5 +1,5 @@
 """Stages tables, plots and report: the measured chapter tables, their figures, and REPORT.md,
-from the prefill_split and token_budget stages' outputs."""
+from the prefill_split, token_budget and fidelity stages' outputs."""
 from __future__ import annotations
 
 import json
@@ -15,20 +15,27 @@ from chunklab.report.writeup import report as writeup
 
 @dataclass(frozen=True)
 class Measured:
-    """What the prefill_split and token_budget stages wrote."""
+    """What the prefill_split, token_budget and fidelity stages wrote."""
     split: pd.DataFrame
     runs: pd.DataFrame
     requests: pd.DataFrame
     tokens: pd.DataFrame
     split_conditions: dict
     token_budget_conditions: dict
+    grid: pd.DataFrame  # the fidelity stage's measured runs of the ch10 mix: each budget at each load
+    fidelity: pd.DataFrame  # its percentile table, simulated against measured
+    fidelity_conditions: dict
 
 
-def load(split_csv: Path, split_conditions: Path, token_budget_dir: Path) -> Measured:
-    tb = token_budget_dir
+def load(split_csv: Path, split_conditions: Path, token_budget_dir: Path, fidelity_dir: Path) -> Measured:
+    tb, fid = token_budget_dir, fidelity_dir
+    fid_runs = pd.read_csv(fid / "runs.csv")
+    grid = fid_runs[(fid_runs["executor"] == "torch") & fid_runs["load"].notna()].reset_index(drop=True)
+    grid = grid.assign(intensity=grid["load"].map(lambda x: f"load {x:g} of measured capacity"))
     return Measured(pd.read_csv(split_csv), pd.read_csv(tb / "runs.csv"), pd.read_csv(tb / "requests.csv"),
                     pd.read_csv(tb / "tokens.csv"), json.loads(split_conditions.read_text()),
-                    json.loads((tb / "conditions.json").read_text()))
+                    json.loads((tb / "conditions.json").read_text()), grid, pd.read_csv(fid / "fidelity.csv"),
+                    json.loads((fid / "conditions.json").read_text()))
 
 
 def gemm_peaks(cond: dict) -> str:
@@ -66,20 +73,44 @@ def make_tables(m: Measured, out_dir: Path) -> None:
                  f"{int(large['num_requests'].iloc[0])} requests (median [min–max] over seeds: the workload's noise; "
                  "the repeated seed counts once, as the median of its repeats)",
                  [f"Conditions (first run): {tb_cond['large']}"])
+    grid = m.grid
+    capacity = float(grid["measured_capacity_req_per_s"].iloc[0])
+    tables.write(tables.token_budget_table(grid, ["intensity", "budget"], "Repeats"), out_dir / "token_budget_loads",
+                 f"MEASURED. Token budget at loads of this machine's measured capacity ({capacity:.2f} req/s at "
+                 f"budget 512), ch10 mix, {int(grid['num_requests'].iloc[0])} requests, seed {int(grid['seed'].iloc[0])} "
+                 "(median [min–max] over repeats of the same seed: the machine's noise; the fidelity stage's runs)",
+                 ["Latencies on the replay clock: each step's measured duration, arrivals at their trace times "
+                  "(engine.clock=replay).", f"Conditions (first run): {m.fidelity_conditions['measured']}"])
     tables.write(tables.chapter_budget_table(), out_dir / "token_budget_chapter",
                  "Token budget: the chapter's published run", [f"Chapter's conditions: {chapter.CONDITIONS}"])
 
 
-def make_plots(m: Measured, out_dir: Path) -> None:
-    """out_dir/{ttft_ecdf,itl_distribution,timeline,prefill_split,metrics_vs_budget,ttft_by_class}.png."""
+def make_plots(m: Measured, out_dir: Path, machine: str) -> None:
+    """out_dir/{ttft_ecdf,itl_distribution,timeline,prefill_split,metrics_vs_budget,ttft_by_class,
+    budget_by_load,fidelity}.png; machine: the CPU that measured them, in every caption."""
     requests, runs = m.requests, m.runs
-    large = requests[(requests["size"] == "large") & (requests["intensity"] == requests["intensity"].iloc[0])]
-    figures.ttft_ecdf(large, out_dir / "ttft_ecdf.png")
-    figures.itl_distribution(large, out_dir / "itl_distribution.png")
-    figures.timeline(m.tokens, out_dir / "timeline.png")
-    figures.prefill_split(m.split, out_dir / "prefill_split.png")
-    figures.metrics_vs_budget(runs[runs["intensity"] == runs["intensity"].iloc[0]], out_dir / "metrics_vs_budget.png")
-    figures.ttft_by_class(large, out_dir / "ttft_by_class.png")
+    rate = runs["intensity"].iloc[0]
+    large = requests[(requests["size"] == "large") & (requests["intensity"] == rate)]
+    n_large, n_small = int(runs.loc[runs["size"] == "large", "num_requests"].iloc[0]), int(
+        runs.loc[runs["size"] == "small", "num_requests"].iloc[0])
+    at = lambda what: f"MEASURED on {machine}; {what}"  # noqa: E731
+    figures.ttft_ecdf(large, out_dir / "ttft_ecdf.png", at(f"ch10 mix, {n_large} requests at {rate}, every repeat and seed"))
+    figures.itl_distribution(large, out_dir / "itl_distribution.png",
+                             at(f"ch10 mix, {n_large} requests at {rate}, every repeat and seed"))
+    figures.timeline(m.tokens, out_dir / "timeline.png", at(f"the chapter's {n_small}-request trace at {rate}"))
+    figures.prefill_split(m.split, out_dir / "prefill_split.png", at("one request alone (no load)"))
+    figures.metrics_vs_budget(runs[runs["intensity"] == rate], out_dir / "metrics_vs_budget.png", hue="size",
+                              caption=at(f"ch10 mix at {rate}: {n_small} requests (size small) and {n_large} (large)"))
+    figures.ttft_by_class(large, out_dir / "ttft_by_class.png", at(f"ch10 mix, {n_large} requests at {rate}"))
+    grid = m.grid.assign(load=m.grid["load"].map("{:g}".format))
+    capacity = float(m.grid["measured_capacity_req_per_s"].iloc[0])
+    figures.metrics_vs_budget(grid, out_dir / "budget_by_load.png", hue="load",
+                              caption=at(f"ch10 mix, {int(m.grid['num_requests'].iloc[0])} requests per run, at loads "
+                                         f"of the measured capacity ({capacity:.2f} req/s)"))
+    table = m.fidelity[~m.fidelity["point"].str.startswith("azure")]
+    figures.fidelity(table, out_dir / "fidelity.png",
+                     f"MEASURED on {machine} against SIMULATED with its profile; ch10 mix at loads "
+                     f"{', '.join(f'{x:g}' for x in sorted(m.grid['load'].unique()))} of the measured capacity")
 
 
 def make_report(m: Measured, outputs_dir: Path, out_path: Path, metrics_path: Path) -> None:

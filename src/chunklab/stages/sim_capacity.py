@@ -12,7 +12,7 @@ import yaml
 from chunklab.experiments.compose import compose_run_config, simulated_conditions
 from chunklab.experiments.capacity import search
 from chunklab.report import figures
-from chunklab.stages.common import write_json, write_text
+from chunklab.stages.common import profile_machine, write_json, write_text
 from chunklab.stages.params import SimCapacityParams, SimParams
 
 KNOBS = ("budget", "max_partial_prefills", "long_prefill_threshold", "ordering")
@@ -28,13 +28,13 @@ def settings(workload: str, p: SimCapacityParams, tuning_dir: Path) -> list[tupl
     return out
 
 
-def run(p: SimCapacityParams, sim: SimParams, tuning_dir: Path, out_dir: Path, table_path: Path) -> None:
+def run(p: SimCapacityParams, sim: SimParams, profile: Path, tuning_dir: Path, out_dir: Path, table_path: Path) -> None:
     """Writes out_dir (capacity.csv, probes.csv, metrics.json, goodput_vs_rate.png) and the table."""
     out_dir.mkdir(parents=True, exist_ok=True)
     caps, probes = [], []
     for workload in p.workloads:
         for label, overrides in settings(workload, p, tuning_dir):
-            cfg = compose_run_config(["engine=simulated", "tracking=none", f"workload={workload}", *overrides,
+            cfg = compose_run_config(["engine=simulated", f"engine.profile={profile}", "tracking=none", f"workload={workload}", *overrides,
                                       *sim.overrides])
             cfg = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, num_requests=sim.num_requests))
             found = search(cfg, sim.seeds, p.target, rel_tol=p.rel_tol, processes=sim.processes)
@@ -49,15 +49,17 @@ def run(p: SimCapacityParams, sim: SimParams, tuning_dir: Path, out_dir: Path, t
     write_json(out_dir / "metrics.json", {f"{r.workload} {r.setting}": round(float(r.capacity_req_per_s), 4)
                                           for r in caps.itertuples()})
     probes.to_csv(out_dir / "probes.csv", index=False, float_format="%.6g")
-    figures.versus_rate(probes.assign(budget=probes["setting"]), out_dir / "goodput_vs_rate.png",
+    figures.versus_rate(probes, out_dir / "goodput_vs_rate.png",
                         [("goodput_req_per_s", "goodput (req/s)"), ("slo_attainment", "SLO attainment")],
-                        title="Simulated: against offered load, by setting (capacity-search probes)")
+                        title="Against offered load, by setting (the capacity search's probes)",
+                        caption=f"SIMULATED with the profile of {profile_machine(profile)}; {len(sim.seeds)} seeds x "
+                                f"{sim.num_requests} requests per probe", hue="setting")
     table = caps[["workload", "setting", "capacity_req_per_s", "fails_at_req_per_s", "hi_over_lo"]].rename(columns={
         "capacity_req_per_s": "capacity (req/s): passes", "fails_at_req_per_s": "fails at (req/s)"})
     note = (f"SIMULATED. Capacity: the highest Poisson arrival rate at which >= {p.target:.0%} of the requests "
             f"meet the chapter's SLO (TTFT <= 1 s, TPOT <= 50 ms), pooled over seeds {sim.seeds} of "
             f"{sim.num_requests} requests each; bisection in log-rate until hi/lo <= {1 + p.rel_tol:.2f}. "
             f"The capacity lies between the two columns. Every probe is in outputs/simulated/capacity/probes.csv."
-            f"\n\nConditions: {simulated_conditions(sim.overrides)}")
+            f"\n\nConditions: {simulated_conditions([f'engine.profile={profile}', *sim.overrides])}")
     write_text(table_path, "### Capacity by configuration (simulated)\n\n"
                + table.to_markdown(index=False, floatfmt=".3f") + "\n\n" + note + "\n")

@@ -14,7 +14,7 @@ from chunklab.experiments.compose import compose_run_config, simulated_condition
 from chunklab.experiments.load import workload_capacity
 from chunklab.experiments.simulate import simulate_many
 from chunklab.report import figures
-from chunklab.stages.common import write_text
+from chunklab.stages.common import profile_machine, write_text
 from chunklab.stages.params import SimMapsParams, SimParams
 
 METRICS = ["goodput_req_per_s", "slo_attainment", "ttft_p99_s", "itl_p99_s", "worst_stall_s", "ttft_p50_s",
@@ -28,9 +28,9 @@ def cell_config(base: RunConfig, capacity: float, budget: int, load: float, seed
     return dataclasses.replace(base, workload=w, scheduler=dataclasses.replace(base.scheduler, budget=budget))
 
 
-def cells(workload: str, p: SimMapsParams, sim: SimParams) -> pd.DataFrame:
+def cells(workload: str, p: SimMapsParams, sim: SimParams, profile: Path) -> pd.DataFrame:
     grid = list(itertools.product(p.budgets, p.loads, sim.seeds))
-    base = compose_run_config(["engine=simulated", "tracking=none", f"workload={workload}",
+    base = compose_run_config(["engine=simulated", f"engine.profile={profile}", "tracking=none", f"workload={workload}",
                                f"workload.num_requests={sim.num_requests}", "workload.load=1.0", *sim.overrides])
     capacity = workload_capacity(base)
     cfgs = [cell_config(base, capacity, b, load, seed) for b, load, seed in grid]
@@ -50,24 +50,27 @@ def best_budget(table: pd.DataFrame) -> pd.DataFrame:
     return ranked.groupby(["workload", "load"]).head(1).reset_index(drop=True)
 
 
-def run(p: SimMapsParams, sim: SimParams, out_dir: Path, table_path: Path) -> None:
+def run(p: SimMapsParams, sim: SimParams, profile: Path, out_dir: Path, table_path: Path) -> None:
     """Writes out_dir (cells.csv, best_budget.csv, <workload>_heatmaps.png, best_budget.png) and the table."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    table = pd.concat([cells(w, p, sim) for w in p.workloads], ignore_index=True)
+    table = pd.concat([cells(w, p, sim, profile) for w in p.workloads], ignore_index=True)
     best = best_budget(table)
     table.to_csv(out_dir / "cells.csv", index=False, float_format="%.6g")
     best.to_csv(out_dir / "best_budget.csv", index=False, float_format="%.6g")
     for workload in p.workloads:
         figures.budget_load_heatmaps(table[table["workload"] == workload], out_dir / f"{workload}_heatmaps.png",
-                                     f"{workload} (simulated, {len(sim.seeds)} seeds x {sim.num_requests} "
-                                     "requests per cell)")
-    figures.best_budget(best, table, out_dir / "best_budget.png")
+                                     f"{workload}, {len(sim.seeds)} seeds x {sim.num_requests} requests per cell",
+                                     f"SIMULATED with the profile of {profile_machine(profile)}; load: a fraction of "
+                                     "the default scheduler's simulated capacity")
+    figures.best_budget(best, table, out_dir / "best_budget.png",
+                        f"SIMULATED with the profile of {profile_machine(profile)}; load: a fraction of the default "
+                        f"scheduler's simulated capacity; {len(sim.seeds)} seeds x {sim.num_requests} requests per cell")
     view = best[["workload", "load", "rate_per_s", "budget", "goodput_req_per_s", "slo_attainment", "ttft_p99_s",
                  "itl_p99_s"]].rename(columns={"budget": "best budget", "rate_per_s": "rate (req/s)"})
     md = ["### Best budget per load (simulated)", "", view.to_markdown(index=False, floatfmt=".3f"), "",
           f"SIMULATED. Budgets {p.budgets} x loads {p.loads} (x the default scheduler's simulated capacity "
           f"of each workload), {len(sim.seeds)} seeds x {sim.num_requests} requests per cell; cell values "
           "are means over seeds (worst stall: the max). Best = highest goodput, ties to the lower TTFT p99. "
-          "Every cell is in outputs/simulated/maps/cells.csv.", "", f"Conditions: {simulated_conditions(sim.overrides)}",
+          "Every cell is in outputs/simulated/maps/cells.csv.", "", f"Conditions: {simulated_conditions([f'engine.profile={profile}', *sim.overrides])}",
           ""]
     write_text(table_path, "\n".join(md))

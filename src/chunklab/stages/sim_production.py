@@ -122,7 +122,9 @@ def run(p: SimProductionParams, out_dir: Path, table_path: Path) -> None:
         cap, pr, c = pair_cells(model, hardware, workload, p)
         caps.append(cap), probes.extend(pr), cells.append(c)
         figures.budget_load_heatmaps(c, out_dir / f"{model}_{hardware}_{workload}_heatmaps.png",
-                                     f"{model} on {hardware}, {workload} (simulated, roofline cost model)")
+                                     f"{model} on {hardware}, {workload}",
+                                     f"SIMULATED: the roofline cost model of the {hardware} preset; load: a fraction of "
+                                     "the default scheduler's simulated capacity")
         print(f"[sim_production] {model} {hardware} {workload}: capacity {cap['capacity_req_per_s']:.3f} req/s",
               flush=True)
     cells = pd.concat(cells, ignore_index=True)

@@ -20,12 +20,12 @@ from chunklab.stages.params import SimParams, SimTuningParams
 KNOBS = ("scheduler.budget", "scheduler.max_partial_prefills", "scheduler.long_prefill_threshold", "scheduler.ordering")
 
 
-def sweep(workload: str, p: SimTuningParams, sim: SimParams, runs: Path) -> tuple[dict, pd.DataFrame]:
+def sweep(workload: str, p: SimTuningParams, sim: SimParams, profile: Path, runs: Path) -> tuple[dict, pd.DataFrame]:
     """One workload's sweep in runs/sim_tuning/<workload> (emptied first): its best_config.yaml
     without the local sweep_dir, and every trial's knobs and metrics."""
     sweep_dir = runs / "sim_tuning" / workload
     shutil.rmtree(sweep_dir, ignore_errors=True)
-    cmd = [sys.executable, "run.py", "hparams_search=ch10_goodput", "engine=simulated", "tracking=none",
+    cmd = [sys.executable, "run.py", "hparams_search=ch10_goodput", "engine=simulated", f"engine.profile={profile}", "tracking=none",
            f"workload={workload}", f"workload.num_requests={sim.num_requests}", f"workload.load={p.load}",
            f"workload.seed={p.seed}", f"hydra.sweeper.n_trials={p.n_trials}",
            f"hydra.sweeper.sampler.seed={p.seed}", f"hydra.sweep.dir={sweep_dir}", *sim.overrides, "-m"]
@@ -42,12 +42,12 @@ def sweep(workload: str, p: SimTuningParams, sim: SimParams, runs: Path) -> tupl
     return best, pd.DataFrame(trials)
 
 
-def run(p: SimTuningParams, sim: SimParams, out_dir: Path, table_path: Path) -> None:
+def run(p: SimTuningParams, sim: SimParams, profile: Path, out_dir: Path, table_path: Path) -> None:
     """Writes out_dir (best_<workload>.yaml per workload, trials.csv) and the table at table_path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rows, trials = [], []
     for workload in p.workloads:
-        best, tr = sweep(workload, p, sim, runs_dir())
+        best, tr = sweep(workload, p, sim, profile, runs_dir())
         (out_dir / f"best_{workload}.yaml").write_text(yaml.safe_dump(best, sort_keys=False))
         trials.append(tr)
         rows.append({"workload": workload} | {k.split(".")[-1]: best["best_params"][k] for k in KNOBS}
@@ -58,6 +58,6 @@ def run(p: SimTuningParams, sim: SimParams, out_dir: Path, table_path: Path) -> 
     note = (f"SIMULATED. Optuna TPE (seed {p.seed}), {p.n_trials} trials per workload, each "
             f"{sim.num_requests} requests (seed {p.seed}) at load {p.load} (the default scheduler's "
             "simulated capacity); objective: goodput under the chapter's SLO. Every trial is in "
-            f"outputs/simulated/tuning/trials.csv.\n\nConditions: {simulated_conditions(sim.overrides)}")
+            f"outputs/simulated/tuning/trials.csv.\n\nConditions: {simulated_conditions([f'engine.profile={profile}', *sim.overrides])}")
     write_text(table_path, "### Tuned scheduler per workload (simulated)\n\n"
                + pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3f") + "\n\n" + note + "\n")

@@ -1,9 +1,9 @@
 """Stage token_budget (measured): the chapter's trace on the real engine.
 
 - small: the chapter's 24-request trace at each budget and seed (its layout, seed spread).
-- large: each budget at the chapter's fixed 8 req/s (and at `loads` of this machine's capacity,
-  if any), `repeats` runs of one seed (the machine's noise), plus `seeds` at 8 req/s (the
-  workload's noise). Fidelity points at loads are the fidelity stage's own.
+- large: each budget at the chapter's fixed 8 req/s, `repeats` runs of one seed (the machine's
+  noise), plus `seeds` (the workload's noise). The budgets at loads of this machine's measured
+  capacity are the fidelity stage's grid (one measurement serves the budget table and fidelity).
 
 Predictions (the noise guard) and loads use this machine's profile (the calibrate stage's).
 Every run goes through chunklab.app (the path run.py takes) and is logged to MLflow
@@ -21,17 +21,15 @@ from chunklab.stages.params import TokenBudgetParams
 
 
 def intensity(point: dict) -> str:
-    return f"load {point['workload.load']}" if "workload.load" in point else f"{point['workload.rate_per_s']:g} req/s"
+    return f"{point['workload.rate_per_s']:g} req/s"
 
 
 def large_points(p: TokenBudgetParams) -> list[dict]:
     """Repeats outermost, so a slow spell of this shared machine hits every cell alike."""
-    intensities = [{"workload.rate_per_s": p.rate_per_s}] + [{"workload.load": x} for x in p.loads]
     points = []
     for repeat in range(p.repeats):
-        for level in intensities:
-            points += [level | {"scheduler.budget": b, "workload.seed": p.seed, "repeat": repeat}
-                       for b in p.budgets]
+        points += [{"workload.rate_per_s": p.rate_per_s, "scheduler.budget": b, "workload.seed": p.seed,
+                    "repeat": repeat} for b in p.budgets]
     for seed in p.extra_seeds:
         points += [{"workload.rate_per_s": p.rate_per_s, "scheduler.budget": b, "workload.seed": seed, "repeat": 0}
                    for b in p.budgets]

@@ -37,7 +37,7 @@ def profile_path(engine: EngineConfig) -> Path:
     """engine.profile as a path; a relative one is taken from the project directory (chunklab.paths)."""
     if engine.profile == AUTO:
         raise ConfigError("engine.profile='auto' was not resolved to this machine's profile before the engine was "
-                          "built (chunklab.app.prepare does it)")
+                          "built (chunklab.runner.engine_for does it: calibration.machine.resolve_profile)")
     return in_project(engine.profile)
 
 

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from chunklab.config import ConfigError, HardwareConfig, ModelConfig, RooflineEfficiency, RunConfig
 from chunklab.engine.cost_models.base import Provenance
 from chunklab.engine.step_shape import FEATURES, StepShape
-from chunklab.model.sizes import DTYPE_BYTES
+from chunklab.model.sizes import DTYPE_BYTES, kv_bytes_per_token
 
 _TOKENS, _SAMPLED, _CAUSAL, _CACHED_PAIRS, _DECODE_CTX, _CACHED_CTX = (
     FEATURES.index(name) for name in ("tokens", "sampled_rows", "causal_pairs", "cached_pairs", "decode_ctx", "cached_ctx"))
@@ -84,7 +84,7 @@ class RooflineCostModel:
         self._elementwise = [layers * n * b / (bw * e.elementwise_bandwidth) for _, n in layer_elementwise(model)]
         self._kernel_floor_s = layers * e.kernel_floor_s
         self._pair_s = layers * 4.0 * model.num_heads * model.head_dim / (peak * e.attention_prefill)
-        self._kv_token_s = layers * 2.0 * model.num_kv_heads * model.head_dim * b / (bw * e.attention_decode_bandwidth)
+        self._kv_token_s = kv_bytes_per_token(model) / (bw * e.attention_decode_bandwidth)  # exact: an integer
         self._step_s = e.step_overhead_s
 
     @classmethod

@@ -45,6 +45,19 @@ inline void prefetch_block(const KVBlocks& kv, int64_t block, int64_t h) {
   }
 }
 
+// Calls f(k_run, v_run, n) on each block of the context [0, ctx) in order (n: the block's keys
+// inside the context), with the next block's runs prefetched first.
+template <typename F>
+inline void for_each_block(const KVBlocks& kv, int64_t h, const int32_t* table, int64_t ctx, F&& f) {
+  const int64_t bs = kv.block_size, blocks = (ctx + bs - 1) / bs;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* kr = kv.k_run(table[b], h);
+    const float* vr = kv.v_run(table[b], h);
+    if (b + 1 < blocks) prefetch_block(kv, table[b + 1], h);
+    f(kr, vr, std::min(bs, ctx - b * bs));
+  }
+}
+
 // One work item: G query heads (q_row, contiguous) of KV head h against positions [0, ctx).
 // V: the vector type (L = 16 or 8 floats); needs D % L == 0 and block_size % L == 0.
 template <typename V, int64_t kG, int64_t kD>
@@ -62,12 +75,8 @@ void decode_item(const float* q_row, const KVBlocks& kv, int64_t h, const int32_
   I lane;
   for (int64_t j = 0; j < L; ++j) lane[j] = static_cast<int32_t>(j);
   alignas(64) float p[kG][L];  // one vector's softmax numerators
-  const int64_t bs = kv.block_size, blocks = (ctx + bs - 1) / bs;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const float* kr = kv.k_run(table[b], h);
-    const float* vr = kv.v_run(table[b], h);
-    if (b + 1 < blocks) prefetch_block(kv, table[b + 1], h);
-    const int64_t n = std::min(bs, ctx - b * bs);
+  const int64_t bs = kv.block_size;
+  for_each_block(kv, h, table, ctx, [&](const float* kr, const float* vr, int64_t n) {
     for (int64_t t0 = 0; t0 < n; t0 += L) {
       const int64_t nt = std::min(L, n - t0);  // keys of this vector inside the context
       V s[kG] = {};
@@ -95,7 +104,7 @@ void decode_item(const float* q_row, const KVBlocks& kv, int64_t h, const int32_
           for (int64_t g = 0; g < kG; ++g) acc[g][c] += p[g][j] * v;
         }
     }
-  }
+  });
   for (int64_t g = 0; g < kG; ++g) {
     const float inv = 1.f / sum_lanes(l[g]);
     for (int64_t c = 0; c < kDV; ++c) {
@@ -136,12 +145,8 @@ void decode_item_avx2(const float* q_row, const KVBlocks& kv, int64_t h, const i
   for (int64_t g = 0; g < kG; ++g) m[g] = kNegInf;
   I lane;
   for (int64_t j = 0; j < L; ++j) lane[j] = static_cast<int32_t>(j);
-  const int64_t bs = kv.block_size, blocks = (ctx + bs - 1) / bs;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const float* kr = kv.k_run(table[b], h);
-    const float* vr = kv.v_run(table[b], h);
-    if (b + 1 < blocks) prefetch_block(kv, table[b + 1], h);
-    const int64_t n = std::min(bs, ctx - b * bs);
+  const int64_t bs = kv.block_size;
+  for_each_block(kv, h, table, ctx, [&](const float* kr, const float* vr, int64_t n) {
     for (int64_t t0 = 0; t0 < n; t0 += kS) {
       const int64_t nt = std::min(kS, n - t0);  // keys of this step inside the context
       // Keys past nt (still inside the block) are scored but masked below, as in decode_item.
@@ -186,7 +191,7 @@ void decode_item_avx2(const float* q_row, const KVBlocks& kv, int64_t h, const i
       if (nt == kS) pv(std::integral_constant<int64_t, kS>{});
       else pv(nt);
     }
-  }
+  });
   for (int64_t g = 0; g < kG; ++g) {
     const float inv = 1.f / sum_lanes(l[g]);
     for (int64_t d = 0; d < kD; ++d) out_row[g * kD + d] = acc[g][d] * inv;
