@@ -62,7 +62,8 @@ EXPECTED = [
     "outputs/simulated/maps/ch10_mixed_heatmaps.png", "outputs/simulated/traces/classes.csv",
     "outputs/simulated/traces/queue.png",
     *[f"outputs/simulated/tables/{t}.md" for t in ("tuning", "capacity", "maps", "traces", "production")],
-    *[f"outputs/cost_models/{f}" for f in ("h100_fit.json", "h100_fit.png", "cpu_fit.json", "cost_models.md")],
+    *[f"outputs/cost_models/{f}" for f in ("h100_fit.json", "h100_fit.png", "a100_fit.json", "a100_fit.png",
+                                           "decode_steps.csv", "presets.csv", "cpu_fit.json", "cost_models.md")],
     *[f"outputs/simulated/production/{f}" for f in ("cells.csv", "capacity.csv", "chunking_gain.csv", "published.csv",
                                                     "llama3_8b_h100_azure_conv_heatmaps.png")],
 ]

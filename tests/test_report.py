@@ -108,3 +108,25 @@ def test_the_verdicts_are_dvc_metrics(tmp_path):
     [stall] = [v for k, v in metrics.items() if k.startswith("verdict: the worst stall shrinks")]
     assert stall == -1 and metrics["prefill split: paged 24 x 64 over one pass"] == 1.25
     assert metrics["chapter's rate over measured capacity"] == 0.5
+
+
+# -- the production section's cost model line (report/production.py)
+
+def test_the_production_section_says_which_presets_borrow_their_fit(tmp_path):
+    """Own fit or borrowed is read from outputs/cost_models/presets.csv (the presets' numbers), never written
+    by hand: a preset the table calls borrowed is reported borrowed, with its fit's device."""
+    import shutil
+    from pathlib import Path
+
+    from chunklab.report.production import cost_model_provenance
+
+    committed = Path(__file__).resolve().parents[1] / "outputs" / "cost_models"
+    shutil.copytree(committed, tmp_path / "cost_models")
+    (line,) = cost_model_provenance(tmp_path)
+    assert "Fit on their own device: a100_80g, h100:" in line and "Borrowed: h200 (the h100 fit's)" in line
+    assert "a100_80g's operator times priced with the h100 fit +56.9%" in line  # what borrowing cost A100
+    presets = pd.read_csv(committed / "presets.csv")
+    presets.loc[presets["hardware"] == "a100_80g", "efficiencies_fit_on"] = "h100"
+    presets.to_csv(tmp_path / "cost_models" / "presets.csv", index=False)
+    (line,) = cost_model_provenance(tmp_path)
+    assert "Fit on their own device: h100:" in line and "a100_80g (the h100 fit's), h200 (the h100 fit's)" in line

@@ -157,35 +157,92 @@ def test_the_whole_conversation_trace_on_h100_through_run_py(tmp_path):
     assert s["num_requests"] == 19_366 and s["num_finished"] + s["num_rejected"] == 19_366
 
 
-def test_hardware_efficiencies_are_the_vidur_fit():
-    """conf/hardware/*.yaml state the H100 fit's numbers (4 significant digits); refitting the
-    vendored data must give them back."""
+def vidur_devices():
+    """params.yaml's cost_models.devices: (name, preset, operator times) of each device fit on its own data."""
+    from chunklab.stages.params import load_params
+
+    return [(d.name, d.hardware, ROOT / d.data) for d in load_params(ROOT / "params.yaml").cost_models.devices]
+
+
+@pytest.fixture(scope="module")
+def vidur_fits():
     from chunklab.costs.vidur_fit import fit_vidur
 
-    cfg = compose_run_config(["engine=simulated", "tracking=none", "model=llama2_7b", "hardware=h100"])
-    fit = fit_vidur(cfg.model, cfg.hardware)
-    for hardware in ("h100", "h200", "a100_80g"):
-        e = compose_run_config(["engine=simulated", "tracking=none", "model=llama2_7b",
-                                f"hardware={hardware}"]).hardware.efficiency
-        for key, value in fit.efficiency.items():
-            assert getattr(e, key) == float(f"{value:.4g}"), (hardware, key)
-        assert e.attention_decode_bandwidth == e.weight_bandwidth
+    fits = {}
+    for _, hardware, data in vidur_devices():
+        cfg = compose_run_config(["engine=simulated", "tracking=none", "model=llama2_7b", f"hardware={hardware}"])
+        fits[hardware] = fit_vidur(cfg.model, cfg.hardware, data)
+    return fits
+
+
+def test_each_gpu_preset_is_fit_on_its_own_device():
+    assert {(n, h) for n, h, _ in vidur_devices()} >= {("h100", "h100"), ("a100", "a100_80g")}
+    for name, hardware, data in vidur_devices():
+        assert data.name.startswith(f"{name}_") and data.is_file(), (name, data)
+
+
+@pytest.mark.parametrize("hardware, fit_on", [("h100", "h100"), ("a100_80g", "a100_80g"), ("h200", "h100")])
+def test_hardware_efficiencies_are_the_vidur_fit(vidur_fits, hardware, fit_on):
+    """conf/hardware/*.yaml state their fit's numbers (4 significant digits): H100 and A100 their own
+    device's, H200 the H100 fit's (borrowed); refitting the vendored data must give them back."""
+    fit = vidur_fits[fit_on]
+    e = compose_run_config(["engine=simulated", "tracking=none", "model=llama2_7b",
+                            f"hardware={hardware}"]).hardware.efficiency
+    for key, value in fit.efficiency.items():
+        assert getattr(e, key) == float(f"{value:.4g}"), (hardware, key)
+    assert e.attention_decode_bandwidth == e.weight_bandwidth
     held = fit.errors[fit.errors["split"] == "held out"].set_index("op")
     assert held.loc["layer (sum)", "median_rel_error"] < 0.10  # the fit predicts unseen token counts
     assert set(held.index) >= {"attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj"}
 
 
+def test_two_devices_fit_two_sets_of_efficiencies(vidur_fits):
+    """Same model, two devices: the fits differ (A100 reaches its GEMM plateau at fewer rows)."""
+    h100, a100 = vidur_fits["h100"].efficiency, vidur_fits["a100_80g"].efficiency
+    assert a100["gemm_half_rows"] < 0.6 * h100["gemm_half_rows"]
+
+
+def test_a100_decode_steps_need_the_a100_fit(vidur_fits):
+    """Issue 52: priced with the H100 fit's efficiencies, A100's decode-sized steps (<= 256 tokens) come
+    out ~50-70% too slow; its own fit brings a whole layer's median within 10%."""
+    from chunklab.costs.vidur_fit import read_operator_times, step_error, with_efficiency
+
+    data = dict((h, d) for _, h, d in vidur_devices())["a100_80g"]
+    cfg = compose_run_config(["engine=simulated", "tracking=none", "model=llama2_7b", "hardware=a100_80g"])
+    times = read_operator_times(data)
+    borrowed = step_error(times, cfg.model, with_efficiency(cfg.hardware, vidur_fits["h100"].efficiency))
+    own = step_error(times, cfg.model, cfg.hardware)
+    assert own["n"] == borrowed["n"] > 30
+    assert borrowed["median_rel_error"] > 0.4, borrowed
+    assert abs(own["median_rel_error"]) < 0.10, own
+
+
+def test_presets_say_whose_fit_they_carry(vidur_fits):
+    """outputs/cost_models/presets.csv (the REPORT's production section reads it): own fit or borrowed,
+    decided by the presets' numbers."""
+    from chunklab.stages.cost_models import presets
+
+    fits = {h: {"hardware": h, "efficiency": {k: float(f"{v:.4g}") for k, v in f.efficiency.items()}}
+            for h, f in vidur_fits.items()}
+    table = presets(fits).set_index("hardware")["efficiencies_fit_on"].to_dict()
+    assert table == {"a100_80g": "a100_80g", "h100": "h100", "h200": "h100"}
+    assert presets({"h100": fits["h100"]}).set_index("hardware")["efficiencies_fit_on"].to_dict() == \
+        {"a100_80g": "", "h100": "h100", "h200": "h100"}
+
+
 def test_a_wrong_efficiency_misses_the_vidur_data():
     """The fit is what makes the model right: halve the GEMM share and the layer error explodes."""
-    from chunklab.costs.vidur_fit import read_operator_times, with_predictions, VIDUR_CSV
+    from chunklab.costs.vidur_fit import read_operator_times, with_predictions
 
-    cfg = compose_run_config(["engine=simulated", "tracking=none", "model=llama2_7b", "hardware=h100"])
-    wrong = dataclasses.replace(cfg.hardware, efficiency=dataclasses.replace(cfg.hardware.efficiency, gemm_max=0.39))
-    data = read_operator_times(VIDUR_CSV)
-    for hw, ok in ((cfg.hardware, True), (wrong, False)):
-        layer = with_predictions(data, cfg.model, hw).query("op == 'layer (sum)' and num_tokens >= 1024")
-        error = ((layer["predicted_ms"] - layer["measured_ms"]).abs() / layer["measured_ms"]).median()
-        assert bool(error < 0.1) == ok, (hw.efficiency.gemm_max, error)
+    for name, hardware, path in vidur_devices():
+        cfg = compose_run_config(["engine=simulated", "tracking=none", "model=llama2_7b", f"hardware={hardware}"])
+        wrong = dataclasses.replace(cfg.hardware, efficiency=dataclasses.replace(cfg.hardware.efficiency,
+                                                                                 gemm_max=cfg.hardware.efficiency.gemm_max / 2))
+        data = read_operator_times(path)
+        for hw, ok in ((cfg.hardware, True), (wrong, False)):
+            layer = with_predictions(data, cfg.model, hw).query("op == 'layer (sum)' and num_tokens >= 1024")
+            error = ((layer["predicted_ms"] - layer["measured_ms"]).abs() / layer["measured_ms"]).median()
+            assert bool(error < 0.1) == ok, (name, hw.efficiency.gemm_max, error)
 
 
 def test_cpu_roofline_fit_scores_held_out_probe_shapes():
@@ -211,4 +268,7 @@ def test_vidur_data_is_vendored_unchanged_with_its_licence():
     for name, digest in sums.items():
         assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest, name
     assert "MIT License" in (folder / "LICENSE").read_text()
-    assert "microsoft/vidur" in (folder / "README.md").read_text() and "h100_llama-2-7b-hf_mlp.csv" in sums
+    readme = (folder / "README.md").read_text()
+    assert "microsoft/vidur" in readme
+    for _, _, data in vidur_devices():
+        assert data.parent == folder and data.name in sums and data.name in readme, data.name

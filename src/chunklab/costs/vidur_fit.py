@@ -1,5 +1,7 @@
-"""The roofline's GEMM and elementwise efficiencies for H100, fit on Vidur's measured operator
-times of Llama-2-7B (data/profiles/vidur/, MIT; tensor-parallel degree 1).
+"""The roofline's GEMM and elementwise efficiencies of one GPU preset, fit on Vidur's measured
+operator times of Llama-2-7B on that device (data/profiles/vidur/, MIT; tensor-parallel degree 1).
+One function for every device: `fit_vidur(model, hardware, path)` with the device's preset and its
+operator times (H100 and A100 today; the same model on each, so two fits differ only by device).
 
 Each operator is priced with engine/cost_models/roofline.py's own formulas (gemm_s, elementwise_s) for the
 composed model and hardware presets; the efficiencies are fit by least squares on log(predicted /
@@ -21,10 +23,12 @@ from chunklab.config import HardwareConfig, ModelConfig
 from chunklab.engine.cost_models.roofline import elementwise_s, gemm_s, layer_elementwise, layer_gemms
 from chunklab.model.sizes import DTYPE_BYTES
 
-VIDUR_CSV = Path("data/profiles/vidur/h100_llama-2-7b-hf_mlp.csv")
+VIDUR_DIR = Path("data/profiles/vidur")  # <device>_llama-2-7b-hf_mlp.csv, vendored unchanged
 HELD_OUT_EVERY = 3  # token counts at sorted index i with i % 3 == 1 are held out
 GEMM_PARAMS = ("gemm_max", "gemm_half_rows", "weight_bandwidth")
 ELEMENTWISE_PARAMS = ("elementwise_bandwidth", "kernel_floor_s")
+FIT_PARAMS = GEMM_PARAMS + ELEMENTWISE_PARAMS
+DECODE_STEP_TOKENS = 256  # steps of at most this many tokens: decode-sized
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,9 @@ def with_predictions(data: pd.DataFrame, model: ModelConfig, hw: HardwareConfig)
     return pd.concat([data, *sums], ignore_index=True)[["op", "num_tokens", "held_out", "measured_ms", "predicted_ms"]]
 
 
-def fit_vidur(model: ModelConfig, hw: HardwareConfig, path: Path = VIDUR_CSV) -> VidurFit:
+def fit_vidur(model: ModelConfig, hw: HardwareConfig, path: Path) -> VidurFit:
+    """Fit hw's GEMM and elementwise efficiencies on the operator times at `path`, measured on the
+    device hw describes (its spec sheet's peak and bandwidth are what the shares are of)."""
     data = read_operator_times(path)
     train = data[~data["held_out"]]
     gemm_ops = [g.name for g in layer_gemms(model)]
@@ -109,5 +115,20 @@ def fit_vidur(model: ModelConfig, hw: HardwareConfig, path: Path = VIDUR_CSV) ->
               .groupby(["op", "split"], sort=False)["rel_error"]
               .agg(median_rel_error="median", p90_rel_error=lambda e: float(np.percentile(e, 90)), n="size")
               .reset_index())
-    eff = {k: float(getattr(hw.efficiency, k)) for k in GEMM_PARAMS + ELEMENTWISE_PARAMS}
+    eff = {k: float(getattr(hw.efficiency, k)) for k in FIT_PARAMS}
     return VidurFit(eff, data.drop(columns="rel_error").reset_index(drop=True), errors)
+
+
+def with_efficiency(hw: HardwareConfig, efficiency: dict[str, float]) -> HardwareConfig:
+    """hw with the fitted fields of `efficiency` (another fit's, to price one device by another's shares)."""
+    return _with(hw, FIT_PARAMS, [efficiency[k] for k in FIT_PARAMS])
+
+
+def step_error(data: pd.DataFrame, model: ModelConfig, hw: HardwareConfig,
+               max_tokens: int = DECODE_STEP_TOKENS) -> dict[str, float]:
+    """A whole layer's signed relative error (predicted / measured - 1; > 0: too slow) over every
+    token count up to max_tokens, fit and held-out alike: how far off a decode-sized step is."""
+    layer = with_predictions(data[data["num_tokens"] <= max_tokens], model, hw).query("op == 'layer (sum)'")
+    e = layer["predicted_ms"].to_numpy() / layer["measured_ms"].to_numpy() - 1.0
+    return {"median_rel_error": float(np.median(e)), "min_rel_error": float(e.min()),
+            "max_rel_error": float(e.max()), "n": int(len(e))}

@@ -9,17 +9,43 @@ import pandas as pd
 
 
 def cost_model_provenance(outputs: Path) -> list[str]:
-    fit = json.loads((outputs / "cost_models" / "h100_fit.json").read_text())
-    err = fit["held_out_error"]
-    gemms = [op for op in ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj") if op in err]
-    worst = max(gemms, key=lambda op: err[op]["median_rel_error"])
-    return [f"- Cost model: the roofline of each preset's spec sheet (engine/cost_models/roofline.py). On H100 its GEMM and "
-            f"elementwise terms are fit on Vidur's measured Llama-2-7B operator times; on held-out token counts a "
-            f"whole layer is off by a median {err['layer (sum)']['median_rel_error']:.1%} (p90 "
-            f"{err['layer (sum)']['p90_rel_error']:.1%}), the worst GEMM ({worst}) by "
-            f"{err[worst]['median_rel_error']:.1%}. Attention, the per-step overhead and everything on A100 rest on "
-            "published kernel efficiencies and assumptions, not on measurements (conf/hardware/*.yaml cite each): "
-            "read the figures below as the scheduler's behaviour on a plausible device, not as a GPU benchmark."]
+    """The cost model's line: which presets are fit on their own device's operator times and which borrow
+    another's (outputs/cost_models/presets.csv, from the presets' numbers), and each fit's held-out error."""
+    folder = outputs / "cost_models"
+    fits = {f["hardware"]: f for f in (json.loads(p.read_text()) for p in sorted(folder.glob("*_fit.json")))
+            if "held_out_error" in f}
+    presets = pd.read_csv(folder / "presets.csv", keep_default_na=False)
+    own = presets[presets["efficiencies_fit_on"] == presets["hardware"]]
+    borrowed = presets[(presets["efficiencies_fit_on"] != presets["hardware"]) & (presets["efficiencies_fit_on"] != "")]
+    unfit = presets[presets["efficiencies_fit_on"] == ""]
+    scored = []
+    for hw in own["hardware"]:
+        err = fits[hw]["held_out_error"]
+        gemms = [op for op in ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj") if op in err]
+        worst = max(gemms, key=lambda op: err[op]["median_rel_error"])
+        scored.append(f"{hw}: a whole layer off by a median {err['layer (sum)']['median_rel_error']:.1%} (p90 "
+                      f"{err['layer (sum)']['p90_rel_error']:.1%}), the worst GEMM ({worst}) by "
+                      f"{err[worst]['median_rel_error']:.1%}")
+    line = ("- Cost model: the roofline of each preset's spec sheet (engine/cost_models/roofline.py). Fit on their own "
+            f"device: {', '.join(own['hardware']) or 'none'}: the GEMM and elementwise terms of each are fit on Vidur's "
+            "measured Llama-2-7B operator times on that device; on held-out token counts " + "; ".join(scored) + ".")
+    if len(borrowed):
+        line += (" Borrowed: " + ", ".join(f"{r.hardware} (the {r.efficiencies_fit_on} fit's)" for r in borrowed.itertuples())
+                 + ": no operator times of that device are in the repository, so its efficiencies are unverified on it.")
+    if len(unfit):
+        line += " Not fit: " + ", ".join(unfit["hardware"]) + " (the preset's own figures)."
+    steps = folder / "decode_steps.csv"
+    if steps.is_file():
+        d = pd.read_csv(steps).set_index(["data", "efficiencies_fit_on"])
+        cross = [(data, fit) for data, fit in d.index if data != fit and (data, data) in d.index]
+        if cross:
+            line += (f" What borrowing would cost on decode-sized steps (at most {d['max_tokens'].iloc[0]} tokens, a "
+                     "whole layer, predicted over measured less one): " + "; ".join(
+                         f"{data}'s operator times priced with the {fit} fit {d.loc[(data, fit), 'median_rel_error']:+.1%}"
+                         f" (median), with its own {d.loc[(data, data), 'median_rel_error']:+.1%}" for data, fit in cross) + ".")
+    return [line + " Attention and the per-step overhead rest on published kernel efficiencies and assumptions, not "
+            "on measurements (conf/hardware/*.yaml cite each): read the figures below as the scheduler's behaviour on "
+            "a plausible device, not as a GPU benchmark."]
 
 
 def production_findings(outputs: Path) -> list[str]:

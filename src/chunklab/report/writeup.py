@@ -297,7 +297,8 @@ def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) ->
         "![Llama-3-8B on H100, ch10 mix at production lengths](simulated/production/llama3_8b_h100_ch10_production_heatmaps.png)",
         "![Llama-3-8B on H100, conversation trace](simulated/production/llama3_8b_h100_azure_conv_heatmaps.png)",
         "### The cost model behind it", (outputs / "cost_models" / "cost_models.md").read_text(),
-        "![H100 operator fit](cost_models/h100_fit.png)",
+        *(f"![{f.stem.removesuffix('_fit').upper()} operator fit](cost_models/{f.name})"
+          for f in sorted((outputs / "cost_models").glob("*_fit.png"))),
         "## Performance (measured)", *m("perf"), *peer_findings(outputs),
         "## Plots (measured)",
         "![TTFT ECDF](plots/ttft_ecdf.png)", "![ITL distribution](plots/itl_distribution.png)",

@@ -175,7 +175,15 @@ class SimTracesParams:
 
 
 @Section
+class VidurDevice:
+    name: str  # the outputs' prefix: <name>_fit.json, <name>_operators.csv, <name>_points.csv, <name>_fit.png
+    hardware: str  # the preset fit (conf/hardware/<hardware>.yaml)
+    data: str  # Vidur's operator times of Llama-2-7B measured on that device
+
+
+@Section
 class CostModelsParams:
+    devices: list[VidurDevice]  # each GPU preset fit on its own device's operator times
     cpu_overrides: list[str]
 
 
