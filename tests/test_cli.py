@@ -96,6 +96,21 @@ def test_failure_after_start_marks_the_run_failed(tmp_path):
     assert list(runs(tmp_path)["status"]) == ["FAILED"]
 
 
+def test_a_model_too_big_for_this_machine_gets_one_line_not_an_oom_kill(monkeypatch):
+    """Llama-2-7B on this CPU: a line naming the model and both sizes, before any weight is allocated."""
+    pytest.importorskip("torch")
+    from chunklab.config import ConfigError
+    from chunklab.engine import model_runner
+    from chunklab.hydra_compose import compose_config
+
+    cfg = compose_config(["model=llama2_7b", "tracking=none"])
+    monkeypatch.setattr(model_runner, "available_memory_bytes", lambda: 2**30)
+    with pytest.raises(ConfigError, match=r"model=llama2_7b: its weights and KV pool need 3\d\.\d GiB, this machine has 1\.0 GiB"):
+        model_runner.check_fits_in_memory(cfg.model, cfg.engine)
+    monkeypatch.setattr(model_runner, "available_memory_bytes", lambda: 2**40)
+    model_runner.check_fits_in_memory(cfg.model, cfg.engine)
+
+
 def test_logs_to_a_real_mlflow_server_over_http(tmp_path):
     with mlflow_server(tmp_path) as base:
         proc = run_cli(tmp_path, "tracking.experiment_name=http_check", uri=base)

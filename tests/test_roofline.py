@@ -248,7 +248,8 @@ def test_a_wrong_efficiency_misses_the_vidur_data():
 def test_cpu_roofline_fit_scores_held_out_probe_shapes():
     from chunklab.costs.cpu_fit import fit_cpu
 
-    eff, forms = fit_cpu(compose_run_config(["engine=simulated", "tracking=none"]).model)
+    eff, forms = fit_cpu(compose_run_config(["engine=simulated", "engine.profile=outputs/profiles/machine.json",
+                                             "tracking=none"]).model, Path("outputs/profiles/machine_shapes.csv"))
     held = forms[forms["split"] == "held out"].set_index("form")["median_rel_error"]
     assert len(held) == 2 and held.max() < 0.2
     assert 0.01 < eff["gemm_max"] < 5  # TFLOP/s a 2018-2026 CPU core pair can reach

@@ -1,5 +1,5 @@
-"""The roofline form fit on this CPU: TinyGPT's calibration probe (the reference profile's shape
-table, outputs/profiles/cpu_shapes.csv), beside the linear profile fit on the same shapes.
+"""The roofline form fit on this CPU: TinyGPT's calibration probe (the shape table of this repro's
+profile, outputs/profiles/machine_shapes.csv), beside the linear profile fit on the same shapes.
 
 A CPU has no spec sheet here, so the "device" is 1 TFLOP/s and 1 TB/s: each fitted efficiency is
 then the rate the machine reached (gemm_max 0.18 = 180 GFLOP/s). Fit on the probe's mixed-batch
@@ -19,7 +19,6 @@ from chunklab.config import HardwareConfig, ModelConfig, RooflineEfficiency
 from chunklab.engine.cost_models.roofline import RooflineCostModel
 from chunklab.engine.step_shape import FEATURES
 
-SHAPES_CSV = Path("outputs/profiles/cpu_shapes.csv")
 UNIT_DEVICE = HardwareConfig(name="cpu (unit device)", cost_model="roofline", peak_dense_tflops={"float32": 1.0},
                              memory_bandwidth_gb_per_s=1000.0)
 PARAMS = ("gemm_max", "gemm_half_rows", "weight_bandwidth", "elementwise_bandwidth", "kernel_floor_s",
@@ -38,7 +37,7 @@ def _rel_errors(pred: np.ndarray, y: np.ndarray) -> dict:
     return {"median_rel_error": float(np.median(e)), "p90_rel_error": float(np.percentile(e, 90)), "n": int(len(e))}
 
 
-def fit_cpu(model: ModelConfig, path: Path = SHAPES_CSV) -> tuple[dict, pd.DataFrame]:
+def fit_cpu(model: ModelConfig, path: Path) -> tuple[dict, pd.DataFrame]:
     """The fitted efficiencies (rates on the unit device) and the held-out errors of both forms."""
     shapes = pd.read_csv(path)
     shapes = shapes[shapes["mixed_batch"].astype(bool)].reset_index(drop=True)

@@ -20,6 +20,7 @@ from chunklab.model import kv_layout
 from chunklab.model.attention import AttentionMetadata, DecodeBatch, PrefillSegment
 from chunklab.model.linear_library import resolve
 from chunklab.model.native import FusedForward, NativeUnavailable, load_extension
+from chunklab.model.sizes import DTYPE_BYTES, kv_cache_bytes, num_parameters
 from chunklab.model.tiny_gpt import TinyGPT
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,28 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ConfigError("engine.device='cuda': no CUDA device is available here")
     return torch.device(name)
+
+
+def check_fits_in_memory(model_cfg: ModelConfig, engine_cfg: EngineConfig) -> None:
+    """A model whose weights and KV pool exceed this machine's free memory gets one line, not an OOM kill
+    (a Llama preset is for simulated runs on a GPU preset's roofline). The weights count at float32 or
+    wider: TinyGPT.from_seed initialises them in float32 before casting."""
+    weight_bytes = max(DTYPE_BYTES[model_cfg.dtype], DTYPE_BYTES["float32"])
+    need = num_parameters(model_cfg) * weight_bytes + kv_cache_bytes(model_cfg, engine_cfg)
+    free = available_memory_bytes()
+    if engine_cfg.device == "cpu" and free is not None and need > free:
+        raise ConfigError(f"model={model_cfg.name}: its weights and KV pool need {need / 2**30:.1f} GiB, this "
+                          f"machine has {free / 2**30:.1f} GiB free (simulate it on a GPU preset: engine=simulated "
+                          "hardware=h100)")
+
+
+def available_memory_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None  # not Linux: no check
 
 
 def eager_reason(model_cfg: ModelConfig, engine_cfg: EngineConfig) -> str:
@@ -79,6 +102,7 @@ def planned_forward_path(model_cfg: ModelConfig, engine_cfg: EngineConfig) -> st
 class ModelRunner:
     def __init__(self, model_cfg: ModelConfig, engine_cfg: EngineConfig):
         self.device = resolve_device(engine_cfg.device)
+        check_fits_in_memory(model_cfg, engine_cfg)
         self.dtype = DTYPES[model_cfg.dtype]
         torch.set_num_threads(torch_threads(engine_cfg))  # 0: torch's default, even after a 1-thread runner
         retain_freed_memory()  # large steps reuse memory instead of faulting it in (engine/malloc_policy.py)

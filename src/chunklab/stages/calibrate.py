@@ -7,9 +7,8 @@ probe-only variant machine_probe_only.json (the fidelity stage's "before"), mach
 serving-replay step, the same) and metrics.json; and installs machine.json in the per-machine
 cache, so engine.profile=auto on this machine uses it.
 
-The committed reference profile (outputs/profiles/cpu.json, which the sim_* stages and
-engine=simulated read) is not written here: `make reference-profile` copies this one over it,
-a deliberate act.
+The sim_* stages, perf and cost_models read this machine.json too (named in their commands), so
+every section of REPORT.md describes the machine of this repro.
 """
 from __future__ import annotations
 

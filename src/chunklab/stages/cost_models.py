@@ -5,7 +5,7 @@
   times of Llama-2-7B on that device (data/profiles/vidur/), scored per operator on held-out token
   counts; and every device's decode-sized steps priced by every fit (decode_steps.csv).
 - This CPU: the same form fit on TinyGPT's calibration probe (the reference profile's shapes,
-  outputs/profiles/cpu_shapes.csv), beside the linear profile fit on the same shapes.
+  outputs/profiles/machine_shapes.csv), beside the linear profile fit on the same shapes.
 Both inputs are committed data, so the outputs reproduce on any machine (numbers rounded to 4
 significant digits, so a BLAS's last bits cannot change a byte).
 """
@@ -18,7 +18,7 @@ import pandas as pd
 from chunklab.costs.cpu_fit import fit_cpu
 from chunklab.costs.vidur_fit import (DECODE_STEP_TOKENS, fit_vidur, read_operator_times, step_error,
                                       with_efficiency)
-from chunklab.experiments.compose import compose_run_config
+from chunklab.hydra_compose import compose_config
 from chunklab.paths import project_dir
 from chunklab.report import figures
 from chunklab.stages.common import write_json
@@ -32,7 +32,7 @@ def sig4(x: float) -> float:
 def device_fit(d: VidurDevice, out_dir: Path) -> tuple[dict, pd.DataFrame]:
     """The fit of preset d.hardware on Vidur's operator times measured on that device (d.data):
     <name>_operators.csv, <name>_points.csv, <name>_fit.png, <name>_fit.json."""
-    cfg = compose_run_config(["engine=simulated", "tracking=none", "model=llama2_7b", f"hardware={d.hardware}"])
+    cfg = compose_config(["engine=simulated", "tracking=none", "model=llama2_7b", f"hardware={d.hardware}"])
     fit = fit_vidur(cfg.model, cfg.hardware, Path(d.data))
     errors = fit.errors.assign(median_rel_error=lambda e: e["median_rel_error"].map(sig4),
                                p90_rel_error=lambda e: e["p90_rel_error"].map(sig4))
@@ -59,7 +59,7 @@ def decode_steps(devices: list[VidurDevice], fits: dict[str, dict]) -> pd.DataFr
     DECODE_STEP_TOKENS tokens (> 0: predicted too slow)."""
     rows = []
     for d in devices:
-        cfg = compose_run_config(["engine=simulated", "tracking=none", "model=llama2_7b", f"hardware={d.hardware}"])
+        cfg = compose_config(["engine=simulated", "tracking=none", "model=llama2_7b", f"hardware={d.hardware}"])
         data = read_operator_times(Path(d.data))
         for source in devices:
             e = step_error(data, cfg.model, with_efficiency(cfg.hardware, fits[source.name]["efficiency"]))
@@ -68,14 +68,14 @@ def decode_steps(devices: list[VidurDevice], fits: dict[str, dict]) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
-def cpu(p: CostModelsParams, out_dir: Path) -> tuple[dict, pd.DataFrame]:
-    """The fit on the reference profile's probe shapes: cpu_forms.csv, cpu_fit.json."""
-    cfg = compose_run_config(["engine=simulated", "tracking=none", *p.cpu_overrides])
-    eff, forms = fit_cpu(cfg.model)
+def cpu(p: CostModelsParams, shapes_csv: Path, out_dir: Path) -> tuple[dict, pd.DataFrame]:
+    """The fit on this repro's calibration probe shapes (shapes_csv): cpu_forms.csv, cpu_fit.json."""
+    cfg = compose_config(["tracking=none", *p.cpu_overrides])  # the model only
+    eff, forms = fit_cpu(cfg.model, shapes_csv)
     forms = forms.assign(median_rel_error=lambda d: d["median_rel_error"].map(sig4),
                          p90_rel_error=lambda d: d["p90_rel_error"].map(sig4))
     forms.to_csv(out_dir / "cpu_forms.csv", index=False)
-    doc = {"data": "outputs/profiles/cpu_shapes.csv (the reference profile's calibration probe, mixed-batch shapes)",
+    doc = {"data": f"{shapes_csv} (this repro's calibration probe, mixed-batch shapes)",
            "model": cfg.model.name, "units": "efficiencies on a unit device of 1 TFLOP/s and 1 TB/s: the rates reached",
            "efficiency": {k: sig4(v) for k, v in eff.items()}}
     write_json(out_dir / "cpu_fit.json", doc)
@@ -88,7 +88,7 @@ def presets(fits: dict[str, dict]) -> pd.DataFrame:
     or none (its own figures, not fit here)."""
     rows = []
     for path in sorted((project_dir() / "conf" / "hardware").glob("*.yaml")):
-        hw = compose_run_config(["engine=simulated", "tracking=none", "model=llama2_7b", f"hardware={path.stem}"]).hardware
+        hw = compose_config(["engine=simulated", "tracking=none", "model=llama2_7b", f"hardware={path.stem}"]).hardware
         if hw.cost_model != "roofline":
             continue
         same = [f["hardware"] for f in fits.values()
@@ -115,7 +115,7 @@ def device_md(d: VidurDevice, h: dict, errors: pd.DataFrame) -> list[str]:
             "what each of those terms rests on.", ""]
 
 
-def run(p: CostModelsParams, out_dir: Path) -> None:
+def run(p: CostModelsParams, shapes_csv: Path, out_dir: Path) -> None:
     """Writes out_dir: every fit's files, decode_steps.csv and cost_models.md."""
     out_dir.mkdir(parents=True, exist_ok=True)
     fits, md = {}, ["### The roofline cost model, fit where measurements exist", ""]
@@ -137,7 +137,7 @@ def run(p: CostModelsParams, out_dir: Path) -> None:
            steps.to_markdown(index=False, floatfmt=".3f"), ""]
     md += ["Each GPU preset's GEMM and elementwise efficiencies, and whose fit they are (a borrowed fit is "
            "unverified on the borrowing device):", "", table.to_markdown(index=False), ""]
-    c, c_forms = cpu(p, out_dir)
+    c, c_forms = cpu(p, shapes_csv, out_dir)
     e = c["efficiency"]
     md += ["**This CPU** (TinyGPT's calibration probe of the reference profile, mixed-batch shapes; same held-out "
            "shapes for both forms):", "",
