@@ -112,7 +112,7 @@ def test_dvc_repro_smoke(tmp_path):
     cap = (repo / "outputs/capacity/measured_vs_simulated.csv").read_text().splitlines()
     assert cap[0] == "budget,measured_req_per_s,simulated_req_per_s,ratio" and len(cap) == 2
     drift = (repo / "outputs/fidelity/drift.csv").read_text().splitlines()
-    assert drift[0].startswith("point,repeat,sentinel_ratio,step_time_vs_predicted_p50,") and len(drift) == 1 + 2 * 3
+    assert drift[0].startswith("point,repeat,sentinel_ratio,step_time_vs_predicted_p50,") and len(drift) == 1 + 5 * 2  # (2 budgets x 2 loads + the trace) x 2 repeats
     assert "median_signed_error_ttft (sentinel-scaled)" in drift[0]
     missing = [p for p in EXPECTED if not (repo / p).is_file()]
     assert not missing
