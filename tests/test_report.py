@@ -108,6 +108,14 @@ def test_the_verdicts_are_dvc_metrics(tmp_path):
     [stall] = [v for k, v in metrics.items() if k.startswith("verdict: the worst stall shrinks")]
     assert stall == -1 and metrics["prefill split: paged 24 x 64 over one pass"] == 1.25
     assert metrics["chapter's rate over measured capacity"] == 0.5
+    assert not any(k.startswith("production") for k in metrics)  # no production stage output: none claimed
+    (tmp_path / "simulated" / "production").mkdir(parents=True)
+    (tmp_path / "simulated" / "production" / "chunking_gain.csv").write_text(
+        "model,hardware,workload,load,best_budget,gain_vs_unchunked\n"
+        "llama3_8b,h100,azure_conv,0.5,2048,1.2\nllama3_8b,h100,azure_conv,1.0,1024,3.39682\n")
+    production = {k: v for k, v in chapter_metrics(runs, split, tmp_path).items() if k.startswith("production")}
+    assert production == {"production (simulated): llama3_8b on h100, azure_conv, load 1: budget 1024 goodput "
+                          "over unchunked": 3.3968}
 
 
 # -- the production section's cost model line (report/production.py)

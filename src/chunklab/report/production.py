@@ -48,6 +48,18 @@ def cost_model_provenance(outputs: Path) -> list[str]:
             "a plausible device, not as a GPU benchmark."]
 
 
+def production_metrics(outputs: Path, load: float = 1.0) -> dict[str, float]:
+    """The chapter's question at production scale for `dvc metrics show` (SIMULATED): at load 1.0 of each
+    point's capacity, the best budget's goodput over the unchunked budget's, per model, GPU and workload."""
+    path = outputs / "simulated" / "production" / "chunking_gain.csv"
+    if not path.is_file():
+        return {}
+    gain = pd.read_csv(path)
+    return {f"production (simulated): {r.model} on {r.hardware}, {r.workload}, load {r.load:g}: budget "
+            f"{r.best_budget} goodput over unchunked": round(float(r.gain_vs_unchunked), 4)
+            for r in gain[gain["load"] == load].itertuples()}
+
+
 def production_findings(outputs: Path) -> list[str]:
     base = outputs / "simulated" / "production"
     if not (base / "chunking_gain.csv").is_file():
