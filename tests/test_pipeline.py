@@ -58,14 +58,15 @@ EXPECTED = [
     "outputs/tables/capacity.md", "outputs/tables/token_budget_seeds.md",
     "outputs/simulated/tuning/best_ch10_mixed.yaml", "outputs/simulated/tuning/trials.csv",
     "outputs/simulated/capacity/capacity.csv", "outputs/simulated/capacity/probes.csv",
-    "outputs/simulated/maps/cells.csv", "outputs/simulated/maps/best_budget.png",
-    "outputs/simulated/maps/ch10_mixed_heatmaps.png", "outputs/simulated/traces/classes.csv",
-    "outputs/simulated/traces/queue.png",
+    "outputs/simulated/maps/cells.csv", "outputs/plots/simulated/best_budget.png",
+    "outputs/plots/simulated/ch10_mixed_heatmaps.png", "outputs/simulated/traces/classes.csv",
+    "outputs/plots/simulated/queue.png", "outputs/plots/simulated/goodput_vs_rate.png",
+    "outputs/plots/cost_models/h100_fit.png", "outputs/plots/cost_models/a100_fit.png",
     *[f"outputs/simulated/tables/{t}.md" for t in ("tuning", "capacity", "maps", "traces", "production")],
-    *[f"outputs/cost_models/{f}" for f in ("h100_fit.json", "h100_fit.png", "a100_fit.json", "a100_fit.png",
+    *[f"outputs/cost_models/{f}" for f in ("h100_fit.json", "a100_fit.json",
                                            "decode_steps.csv", "presets.csv", "cpu_fit.json", "cost_models.md")],
-    *[f"outputs/simulated/production/{f}" for f in ("cells.csv", "capacity.csv", "chunking_gain.csv", "published.csv",
-                                                    "llama3_8b_h100_azure_conv_heatmaps.png")],
+    *[f"outputs/simulated/production/{f}" for f in ("cells.csv", "capacity.csv", "chunking_gain.csv", "published.csv")],
+    "outputs/plots/simulated/production_llama3_8b_h100_azure_conv_heatmaps.png",
 ]
 SIM_OUTPUTS = "outputs/simulated"
 

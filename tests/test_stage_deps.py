@@ -68,3 +68,12 @@ def test_a_folder_is_named_only_when_every_file_in_it_is_used(tmp_path):
     assert collapse(root, some) == ["src/chunklab/__init__.py", "src/chunklab/d/__init__.py", "src/chunklab/d/x.py"]
     assert collapse(root, some | {src / "d" / "y.py"}) == ["src/chunklab"]
     assert closure(root, [src / "d" / "x.py"]) == {src / "d" / "x.py"}
+
+
+def test_editing_the_report_or_its_figures_reruns_only_the_report_stages():
+    """report/ (figures, tables, prose) is read by tables, plots and report alone: a measured or simulated
+    stage never reruns because a caption or a colour changed."""
+    derived = derived_deps(ROOT, (ROOT / "dvc.yaml").read_text())
+    touching = {stage for stage, paths in derived.items()
+                if any(p == "src/chunklab" or p.startswith("src/chunklab/report") for p in paths)}
+    assert touching == {"tables", "plots", "report"}

@@ -20,7 +20,6 @@ from chunklab.costs.vidur_fit import (DECODE_STEP_TOKENS, fit_vidur, read_operat
                                       with_efficiency)
 from chunklab.hydra_compose import compose_config
 from chunklab.paths import project_dir
-from chunklab.report import figures
 from chunklab.stages.common import write_json
 from chunklab.stages.params import CostModelsParams, VidurDevice
 
@@ -31,7 +30,7 @@ def sig4(x: float) -> float:
 
 def device_fit(d: VidurDevice, out_dir: Path) -> tuple[dict, pd.DataFrame]:
     """The fit of preset d.hardware on Vidur's operator times measured on that device (d.data):
-    <name>_operators.csv, <name>_points.csv, <name>_fit.png, <name>_fit.json."""
+    <name>_operators.csv, <name>_points.csv (the plots stage draws them), <name>_fit.json."""
     cfg = compose_config(["engine=simulated", "tracking=none", "model=llama2_7b", f"hardware={d.hardware}"])
     fit = fit_vidur(cfg.model, cfg.hardware, Path(d.data))
     errors = fit.errors.assign(median_rel_error=lambda e: e["median_rel_error"].map(sig4),
@@ -39,8 +38,6 @@ def device_fit(d: VidurDevice, out_dir: Path) -> tuple[dict, pd.DataFrame]:
     errors.to_csv(out_dir / f"{d.name}_operators.csv", index=False)
     points = fit.points.assign(predicted_ms=lambda e: e["predicted_ms"].map(sig4))
     points.to_csv(out_dir / f"{d.name}_points.csv", index=False)
-    figures.operator_fit(points, out_dir / f"{d.name}_fit.png", f"Llama-2-7B on {d.name.upper()}: Vidur's measured "
-                         "operator times and the roofline fit (hollow: held out)")
     held = errors[errors["split"] == "held out"].set_index("op")
     doc = {"data": d.data, "model": cfg.model.name, "hardware": cfg.hardware.name,
            "held_out": "every third token count (sorted), tensor-parallel degree 1",

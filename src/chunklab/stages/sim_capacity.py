@@ -11,8 +11,7 @@ import yaml
 
 from chunklab.experiments.compose import compose_run_config, simulated_conditions
 from chunklab.experiments.capacity import search
-from chunklab.report import figures
-from chunklab.stages.common import profile_machine, write_json, write_text
+from chunklab.stages.common import write_json, write_text
 from chunklab.stages.params import SimCapacityParams, SimParams
 
 KNOBS = ("budget", "max_partial_prefills", "long_prefill_threshold", "ordering")
@@ -29,7 +28,7 @@ def settings(workload: str, p: SimCapacityParams, tuning_dir: Path) -> list[tupl
 
 
 def run(p: SimCapacityParams, sim: SimParams, profile: Path, tuning_dir: Path, out_dir: Path, table_path: Path) -> None:
-    """Writes out_dir (capacity.csv, probes.csv, metrics.json, goodput_vs_rate.png) and the table."""
+    """Writes out_dir (capacity.csv, probes.csv, metrics.json; the plots stage draws them) and the table."""
     out_dir.mkdir(parents=True, exist_ok=True)
     caps, probes = [], []
     for workload in p.workloads:
@@ -49,11 +48,6 @@ def run(p: SimCapacityParams, sim: SimParams, profile: Path, tuning_dir: Path, o
     write_json(out_dir / "metrics.json", {f"{r.workload} {r.setting}": round(float(r.capacity_req_per_s), 4)
                                           for r in caps.itertuples()})
     probes.to_csv(out_dir / "probes.csv", index=False, float_format="%.6g")
-    figures.versus_rate(probes, out_dir / "goodput_vs_rate.png",
-                        [("goodput_req_per_s", "goodput (req/s)"), ("slo_attainment", "SLO attainment")],
-                        title="Against offered load, by setting (the capacity search's probes)",
-                        caption=f"SIMULATED with the profile of {profile_machine(profile)}; {len(sim.seeds)} seeds x "
-                                f"{sim.num_requests} requests per probe", hue="setting")
     table = caps[["workload", "setting", "capacity_req_per_s", "fails_at_req_per_s", "hi_over_lo"]].rename(columns={
         "capacity_req_per_s": "capacity (req/s): passes", "fails_at_req_per_s": "fails at (req/s)"})
     note = (f"SIMULATED. Capacity: the highest Poisson arrival rate at which >= {p.target:.0%} of the requests "

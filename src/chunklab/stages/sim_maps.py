@@ -13,8 +13,7 @@ from chunklab.config import RunConfig
 from chunklab.experiments.compose import compose_run_config, simulated_conditions
 from chunklab.experiments.load import workload_capacity
 from chunklab.experiments.simulate import simulate_many
-from chunklab.report import figures
-from chunklab.stages.common import profile_machine, write_text
+from chunklab.stages.common import write_text
 from chunklab.stages.params import SimMapsParams, SimParams
 
 METRICS = ["goodput_req_per_s", "slo_attainment", "ttft_p99_s", "itl_p99_s", "worst_stall_s", "ttft_p50_s",
@@ -51,20 +50,12 @@ def best_budget(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def run(p: SimMapsParams, sim: SimParams, profile: Path, out_dir: Path, table_path: Path) -> None:
-    """Writes out_dir (cells.csv, best_budget.csv, <workload>_heatmaps.png, best_budget.png) and the table."""
+    """Writes out_dir (cells.csv, best_budget.csv; the plots stage draws them) and the table."""
     out_dir.mkdir(parents=True, exist_ok=True)
     table = pd.concat([cells(w, p, sim, profile) for w in p.workloads], ignore_index=True)
     best = best_budget(table)
     table.to_csv(out_dir / "cells.csv", index=False, float_format="%.6g")
     best.to_csv(out_dir / "best_budget.csv", index=False, float_format="%.6g")
-    for workload in p.workloads:
-        figures.budget_load_heatmaps(table[table["workload"] == workload], out_dir / f"{workload}_heatmaps.png",
-                                     f"{workload}, {len(sim.seeds)} seeds x {sim.num_requests} requests per cell",
-                                     f"SIMULATED with the profile of {profile_machine(profile)}; load: a fraction of "
-                                     "the default scheduler's simulated capacity")
-    figures.best_budget(best, table, out_dir / "best_budget.png",
-                        f"SIMULATED with the profile of {profile_machine(profile)}; load: a fraction of the default "
-                        f"scheduler's simulated capacity; {len(sim.seeds)} seeds x {sim.num_requests} requests per cell")
     view = best[["workload", "load", "rate_per_s", "budget", "goodput_req_per_s", "slo_attainment", "ttft_p99_s",
                  "itl_p99_s"]].rename(columns={"budget": "best budget", "rate_per_s": "rate (req/s)"})
     md = ["### Best budget per load (simulated)", "", view.to_markdown(index=False, floatfmt=".3f"), "",

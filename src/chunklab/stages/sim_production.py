@@ -20,7 +20,6 @@ from chunklab.experiments.load import reference_config
 from chunklab.experiments.capacity import QUEUE_KEYS, at_rate, natural_rate, search, seeds_for
 from chunklab.experiments.simulate import simulate_many, simulate_regime
 from chunklab.metrics.conditions import sim_conditions_line
-from chunklab.report import figures
 from chunklab.stages.common import write_text
 from chunklab.stages.params import SimProductionParams
 
@@ -114,17 +113,13 @@ def chapter_table(cells: pd.DataFrame, load: float) -> str:
 
 
 def run(p: SimProductionParams, out_dir: Path, table_path: Path) -> None:
-    """Writes out_dir (capacity.csv, probes.csv, cells.csv, chunking_gain.csv, published.csv,
-    <model>_<hardware>_<workload>_heatmaps.png) and the table at table_path."""
+    """Writes out_dir (capacity.csv, probes.csv, cells.csv, chunking_gain.csv, published.csv;
+    the plots stage draws the cells) and the table at table_path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     caps, probes, cells = [], [], []
     for (model, hardware), workload in itertools.product(p.pairs, p.workloads):
         cap, pr, c = pair_cells(model, hardware, workload, p)
         caps.append(cap), probes.extend(pr), cells.append(c)
-        figures.budget_load_heatmaps(c, out_dir / f"{model}_{hardware}_{workload}_heatmaps.png",
-                                     f"{model} on {hardware}, {workload}",
-                                     f"SIMULATED: the roofline cost model of the {hardware} preset; load: a fraction of "
-                                     "the default scheduler's simulated capacity")
         print(f"[sim_production] {model} {hardware} {workload}: capacity {cap['capacity_req_per_s']:.3f} req/s",
               flush=True)
     cells = pd.concat(cells, ignore_index=True)

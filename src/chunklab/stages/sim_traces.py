@@ -11,9 +11,8 @@ import pandas as pd
 
 from chunklab.experiments.compose import compose_run_config, simulated_conditions
 from chunklab.metrics.conditions import describe_workload
-from chunklab.report import figures
 from chunklab.runner import execute
-from chunklab.stages.common import profile_machine, write_text
+from chunklab.stages.common import write_text
 from chunklab.stages.params import SimParams, SimTracesParams
 
 CLASS_KEYS = ["slo_attainment", "ttft_p50_s", "ttft_p99_s", "slowdown_p50", "slowdown_p99", "tpot_p50_s"]
@@ -43,7 +42,7 @@ def replay(job: tuple[str, int, float, list[str], float]) -> dict:
 
 
 def run(p: SimTracesParams, sim: SimParams, profile: Path, out_dir: Path, table_path: Path) -> None:
-    """Writes out_dir (classes.csv, queue.csv, queue.png) and the table at table_path."""
+    """Writes out_dir (classes.csv, queue.csv; the plots stage draws the queue) and the table at table_path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     overrides = [f"engine.profile={profile}", f"workload.num_requests={'null' if p.num_requests is None else p.num_requests}",
                  *p.overrides]
@@ -56,15 +55,12 @@ def run(p: SimTracesParams, sim: SimParams, profile: Path, out_dir: Path, table_
     queue = pd.concat([r["queue"] for r in results], ignore_index=True)
     classes.to_csv(out_dir / "classes.csv", index=False, float_format="%.6g")
     queue.to_csv(out_dir / "queue.csv", index=False, float_format="%.6g")
-    figures.queue_timeline(queue, out_dir / "queue.png",
-                           f"SIMULATED with the profile of {profile_machine(profile)}; every row of the trace at its own "
-                           f"timestamps, and {1 / p.compressed_time_scale:.2f}x faster")
     md = ["### The Azure conversation trace, every row (simulated)", "",
           classes.to_markdown(index=False, floatfmt=".3f"), "",
           f"SIMULATED. Workload: {results[0]['workload']} ({results[0]['rows_clipped']} prompts clipped to the "
           f"model's context, {results[0]['reordered']} rows reordered by time). 'real time' replays every row at "
           f"its own timestamp; 'time x{p.compressed_time_scale}' replays them {1 / p.compressed_time_scale:.2f}x "
           "faster. Slowdown = a request's latency / its latency alone on the idle (simulated) engine. Queue length "
-          f"over time (max per {p.timeline_bin_s:g} s) is in outputs/simulated/traces/queue.csv and queue.png.",
+          f"over time (max per {p.timeline_bin_s:g} s) is in outputs/simulated/traces/queue.csv and outputs/plots/simulated/queue.png.",
           "", f"Conditions: {simulated_conditions([f'engine.profile={profile}', *p.overrides])}", ""]
     write_text(table_path, "\n".join(md))

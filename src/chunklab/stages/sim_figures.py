@@ -1,0 +1,59 @@
+"""The figures of the simulated stages and of cost_models, drawn by the plots stage from the CSVs those
+stages write: a change to a figure reruns the report stages only, never a simulation or a fit.
+
+Writes under out_dir (outputs/plots):
+    simulated/goodput_vs_rate.png            sim_capacity's probes
+    simulated/best_budget.png                sim_maps' best budget per load
+    simulated/<workload>_heatmaps.png        sim_maps' cells, one per workload
+    simulated/queue.png                      sim_traces' queue length over time
+    simulated/production_<model>_<hardware>_<workload>_heatmaps.png   sim_production's cells
+    cost_models/<device>_fit.png             each GPU fit's operator points
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from chunklab.report import figures
+from chunklab.stages.common import profile_machine
+from chunklab.stages.params import Params
+
+LOAD_NOTE = "load: a fraction of the default scheduler's simulated capacity"
+
+
+def make_simulated_plots(p: Params, profile: Path, outputs: Path, out_dir: Path) -> None:
+    sim_dir, fit_dir = out_dir / "simulated", out_dir / "cost_models"
+    sim_dir.mkdir(parents=True, exist_ok=True)
+    fit_dir.mkdir(parents=True, exist_ok=True)
+    simulated = f"SIMULATED with the profile of {profile_machine(profile)}"
+    per_cell = f"{len(p.sim.seeds)} seeds x {p.sim.num_requests} requests"
+
+    probes = pd.read_csv(outputs / "simulated" / "capacity" / "probes.csv")
+    figures.versus_rate(probes, sim_dir / "goodput_vs_rate.png",
+                        [("goodput_req_per_s", "goodput (req/s)"), ("slo_attainment", "SLO attainment")],
+                        title="Against offered load, by setting (the capacity search's probes)",
+                        caption=f"{simulated}; {per_cell} per probe", hue="setting")
+
+    maps = outputs / "simulated" / "maps"
+    cells, best = pd.read_csv(maps / "cells.csv"), pd.read_csv(maps / "best_budget.csv")
+    for workload in p.sim_maps.workloads:
+        figures.budget_load_heatmaps(cells[cells["workload"] == workload], sim_dir / f"{workload}_heatmaps.png",
+                                     f"{workload}, {per_cell} per cell", f"{simulated}; {LOAD_NOTE}")
+    figures.best_budget(best, cells, sim_dir / "best_budget.png", f"{simulated}; {LOAD_NOTE}; {per_cell} per cell")
+
+    queue = pd.read_csv(outputs / "simulated" / "traces" / "queue.csv")
+    figures.queue_timeline(queue, sim_dir / "queue.png",
+                           f"{simulated}; every row of the trace at its own timestamps, and "
+                           f"{1 / p.sim_traces.compressed_time_scale:.2f}x faster")
+
+    production = pd.read_csv(outputs / "simulated" / "production" / "cells.csv")
+    for (model, hardware, workload), c in production.groupby(["model", "hardware", "workload"], sort=False):
+        figures.budget_load_heatmaps(c, sim_dir / f"production_{model}_{hardware}_{workload}_heatmaps.png",
+                                     f"{model} on {hardware}, {workload}",
+                                     f"SIMULATED: the roofline cost model of the {hardware} preset; {LOAD_NOTE}")
+
+    for d in p.cost_models.devices:
+        points = pd.read_csv(outputs / "cost_models" / f"{d.name}_points.csv")
+        figures.operator_fit(points, fit_dir / f"{d.name}_fit.png", f"Llama-2-7B on {d.name.upper()}: Vidur's "
+                             "measured operator times and the roofline fit (hollow: held out)")
