@@ -87,8 +87,9 @@ class _Simulation:
         for inst in self.cluster.instances:
             if self.busy[inst.index] or not inst.has_work:
                 continue
-            for seq in inst.admit_arrived():
-                self.placements[seq.seq_id].admitted_s = max(now, inst.now())
+            for admitted in inst.admit_arrived():
+                where = self.placements[admitted.request.request_id]
+                where.admitted_s = max(now, inst.now())
             record, finished = inst.step(now)
             self.busy[inst.index] = True
             heapq.heappush(self.events, (inst.now(), STEP_END, inst.index, finished))
@@ -112,7 +113,8 @@ class _Simulation:
     def _transfer_ended(self, seq: Sequence, source, target, end: float) -> None:
         source.release_sent(seq)
         target.receive(seq)
-        self.placements[seq.seq_id].transfer_end_s = end
+        where = self.placements[seq.request.request_id]
+        where.transfer_end_s = end
 
     def _arrive(self, request: Request) -> None:
         reason = self.cluster.rejection_reason(request)
