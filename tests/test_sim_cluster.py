@@ -19,6 +19,7 @@ from chunklab.config import ConfigError, RouterConfig
 from chunklab.engine.replay import replay
 from chunklab.engine.sequence import Request
 from chunklab.experiments.compose import compose_run_config
+from chunklab.metrics.isolation import IsolatedLatency, with_slowdown
 from chunklab.metrics.records import record
 from chunklab.runner import engine_for, execute, simulated_cluster
 from chunklab.workload import make_requests
@@ -52,9 +53,9 @@ def test_one_instance_reproduces_the_replay_of_one_engine(cfgs, tmp_path):
     engine, _ = engine_for(cfg)
     engine.warmup()
     old = replay(engine, requests)
-    old_records = [record(s) for s in old.sequences]
+    old_records = with_slowdown([record(s) for s in old.sequences], IsolatedLatency.measure(engine, requests))
     for topology in ({"name": "single"}, {"name": "replicas", "replicas": 1}):
-        new = execute(with_(cfg, topology=topology))
+        new = execute(with_(cfg, topology=topology), slowdown=True)
         assert new.records == old_records
         assert new.result.makespan_s == old.makespan_s
         old.steps.write_csv(tmp_path / "old.csv")

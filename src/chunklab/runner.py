@@ -72,7 +72,7 @@ def execute(cfg: RunConfig, warmup: bool = True, slowdown: bool = False, on_requ
     if on_requests:
         on_requests(len(requests))
     if not executor_kind(cfg.engine).measured:
-        return _execute_simulated(cfg, requests, trace_stats, warmup, on_done, should_stop)
+        return _execute_simulated(cfg, requests, trace_stats, warmup, slowdown, on_done, should_stop)
     engine, why_unguarded = engine_for(cfg)
     if warmup:
         engine.warmup()
@@ -84,8 +84,8 @@ def execute(cfg: RunConfig, warmup: bool = True, slowdown: bool = False, on_requ
     return Executed(requests, engine, result, records, summary, trace_stats, why_unguarded)
 
 
-def _execute_simulated(cfg: RunConfig, requests: list[Request], trace_stats, warmup: bool, on_done,
-                       should_stop) -> Executed:
+def _execute_simulated(cfg: RunConfig, requests: list[Request], trace_stats, warmup: bool, slowdown: bool,
+                       on_done, should_stop) -> Executed:
     cluster = simulated_cluster(cfg)
     if warmup:
         for inst in cluster.instances:
@@ -93,6 +93,8 @@ def _execute_simulated(cfg: RunConfig, requests: list[Request], trace_stats, war
     run = simulate_cluster(cluster, requests, on_done=on_done, should_stop=should_stop)
     result = run.result
     records = [record(s) for s in result.sequences]
+    if slowdown and not result.stopped:  # alone on one idle engine of the pool arrivals go to
+        records = with_slowdown(records, IsolatedLatency.measure(cluster.entry[0].engine, requests))
     num_chunked = sum(inst.engine.scheduler.stats().num_chunked_prefills for inst in cluster.instances)
     summary = summarize(records, result.steps, result.makespan_s, cfg.slo, num_chunked)
     if cfg.topology.name != "single":
