@@ -79,7 +79,8 @@ def test_every_config_file_matches_the_schema():
             continue
         override = f"{group}={path.stem}"
         # a GPU preset is simulated only; a Llama-family model too big for this machine's CPU is priced on H100
-        extra = {"hardware": ["engine=simulated"], "model": ["engine=simulated", "hardware=h100"]}.get(group, [])
+        extra = {"hardware": ["engine=simulated"], "model": ["engine=simulated", "hardware=h100"],
+                 "topology": ["engine=simulated", "engine.profile=outputs/profiles/machine.json"]}.get(group, [])
         if group == "model" and path.stem in ("tiny_gpt", "micro"):
             extra = []
         cfg = build_run_config(compose_cfg(override, *extra))  # azure_conv reads the vendored trace

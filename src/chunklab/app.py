@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
+from chunklab.cluster.phases import PHASES, phase_seconds
 from chunklab.config import RunConfig
 from chunklab.engine.replay import ReplayResult
 from chunklab.engine.simulated_executor import NOTE as SIMULATED_NOTE
@@ -28,6 +29,7 @@ from chunklab.tracking.mlflow_tracker import Tracker, flatten
 REQUEST_COLUMNS = ("request_id", "label", "status", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s",
                    "tpot_s", "e2e_s", "queue_s", "max_gap_s", "itl_p99_s", "slowdown", "preemptions",
                    "output_digest", "reason")
+CLUSTER_COLUMNS = ("prefill_instance", "decode_instance", *PHASES)  # topology other than single
 
 
 class RunFailed(Exception):
@@ -66,7 +68,8 @@ def run_experiment(cfg: RunConfig, run_dir: Path, should_stop=None) -> RunOutput
     notes = {"executor": cfg.engine.executor,
              "note": SIMULATED_NOTE if simulated else "measured run: real forward passes, real time",
              "noise_guard": "" if simulated else (why_unguarded and f"off: {why_unguarded}") or "on"}
-    files = write_files(run_dir, cfg, summary, cond, records, result, notes)
+    placements = run.placements if cfg.topology.name != "single" else None
+    files = write_files(run_dir, cfg, summary, cond, records, result, notes, placements)
     out = RunOutput(summary, cond, records, result, files, tags)
     if result.error is not None:
         raise RunFailed(out) from result.error
@@ -74,14 +77,21 @@ def run_experiment(cfg: RunConfig, run_dir: Path, should_stop=None) -> RunOutput
 
 
 def write_files(run_dir: Path, cfg: RunConfig, summary, cond, records, result: ReplayResult,
-                notes: dict[str, str]) -> list[Path]:
+                notes: dict[str, str], placements=None) -> list[Path]:
+    """placements (a cluster's request_id -> Placement): requests.csv adds CLUSTER_COLUMNS."""
     run_dir.mkdir(parents=True, exist_ok=True)
     paths = [run_dir / "summary.json", run_dir / "requests.csv", run_dir / "steps.csv", run_dir / "latency.png"]
     doc = notes | {"summary": summary, "conditions": cond, "conditions_line": conditions_line(cond),
                    "config": dataclasses.asdict(cfg)}
     paths[0].write_text(json.dumps(doc, indent=2, default=str))
     rows = [{k: getattr(r, k) for k in REQUEST_COLUMNS} for r in records]
-    pd.DataFrame(rows, columns=REQUEST_COLUMNS).to_csv(paths[1], index=False)
+    columns = REQUEST_COLUMNS
+    if placements is not None:
+        columns += CLUSTER_COLUMNS
+        for row, seq in zip(rows, result.sequences):
+            where = placements[seq.seq_id]
+            row |= where.instances() | phase_seconds(seq, where)
+    pd.DataFrame(rows, columns=columns).to_csv(paths[1], index=False)
     result.steps.write_csv(paths[2])
     kind = "simulated" if cfg.engine.executor == "simulated" else "measured"
     latency_figure(records, f"{cfg.workload.name}, budget {cfg.scheduler.budget} ({kind})", paths[3])

@@ -175,6 +175,40 @@ class HardwareConfig:
 
 
 @dataclass(frozen=True)
+class TopologyConfig:
+    """How many engines serve the request stream, and in which roles (conf/topology/, src/chunklab/cluster/).
+
+    single: one engine (every run before clusters); replicas: `replicas` colocated engines behind the
+    router; disaggregated: `prefill` engines run prompts and produce the first token, the KV moves over
+    the link to one of `decode` engines, which generate the rest."""
+    name: str = "single"  # single | replicas | disaggregated
+    replicas: int = 1  # replicas: engines, each with its own scheduler, block manager and executor
+    prefill: int = 1  # disaggregated: prefill instances
+    decode: int = 1  # disaggregated: decode instances
+    prefill_budget: int | None = None  # disaggregated: the prefill pool's token budget; null: scheduler.budget
+    decode_num_blocks: int | None = None  # disaggregated: each decode instance's KV blocks; null: engine.num_blocks
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """Which instance an arriving request goes to (conf/router/, cluster/routers/: one class per file)."""
+    name: str = "round_robin"  # a router's name: round_robin | least_outstanding_requests | least_outstanding_tokens | power_of_two
+    decode: str = ""  # disaggregated: the router that picks the decode instance; "": the same as name
+    seed: int = 0  # power_of_two's draws
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    """What a KV transfer between a prefill and a decode instance costs (conf/link/, cluster/links.py):
+    seconds = bytes / bandwidth + latency."""
+    name: str = "nvlink4"
+    bandwidth_gb_per_s: float = 450.0  # one direction, 10^9 bytes/s
+    latency_s: float = 5e-6  # per transfer
+    spec_source: str = ""  # where the bandwidth comes from
+    latency_source: str = ""  # where the latency comes from (or that it is assumed)
+
+
+@dataclass(frozen=True)
 class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
@@ -183,6 +217,9 @@ class RunConfig:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     slo: SloConfig = field(default_factory=SloConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
+    router: RouterConfig = field(default_factory=RouterConfig)
+    link: LinkConfig = field(default_factory=LinkConfig)
     slowdown: bool = False  # also measure each request class alone, for slowdown metrics (~2 s)
     # Real-engine jobs launched in parallel on one machine slow each other and corrupt every
     # timing: refused unless each job has its own machine (SLURM) or this is set.
@@ -223,6 +260,7 @@ def validate(cfg: RunConfig) -> None:
     _check(s.max_partial_prefills >= 1, "scheduler.max_partial_prefills", s.max_partial_prefills, "must be >= 1")
     _check(s.long_prefill_threshold >= 0, "scheduler.long_prefill_threshold", s.long_prefill_threshold, "must be >= 0")
     _validate_hardware(cfg)
+    _validate_topology(cfg)
     _validate_workload(w, m)
     for key in ("ttft_s", "tpot_s", "itl_p99_s"):
         v = getattr(slo, key)
@@ -245,6 +283,28 @@ def _validate_hardware(cfg: RunConfig) -> None:
     _check(0 < h.memory_utilization <= 1, "hardware.memory_utilization", h.memory_utilization, "must be in (0, 1]")
     _check(e.num_blocks >= 1 or h.memory_gb > 0, "engine.num_blocks", e.num_blocks,
            f"0 sizes the pool from the hardware's memory, and hardware={h.name} gives none (hardware.memory_gb)")
+
+
+TOPOLOGIES = ("single", "replicas", "disaggregated")
+
+
+def _validate_topology(cfg: RunConfig) -> None:
+    t, link = cfg.topology, cfg.link
+    _one_of("topology.name", t.name, TOPOLOGIES)
+    _check(t.name == "single" or cfg.engine.executor == "simulated", "topology", t.name,
+           "the measured cluster is not built yet (issue 53): add engine=simulated")
+    _check(t.replicas >= 1, "topology.replicas", t.replicas, "must be >= 1")
+    _check(t.name != "single" or t.replicas == 1, "topology.replicas", t.replicas,
+           "topology=single is one engine: use topology=replicas")
+    _check(t.prefill >= 1, "topology.prefill", t.prefill, "must be >= 1: no prefill instances, no first token")
+    _check(t.decode >= 1, "topology.decode", t.decode, "must be >= 1: no decode instances, nowhere to send the KV")
+    _check(t.prefill_budget is None or t.prefill_budget >= cfg.scheduler.max_num_seqs, "topology.prefill_budget",
+           t.prefill_budget, f"must be >= scheduler.max_num_seqs ({cfg.scheduler.max_num_seqs}), or null")
+    _check(t.decode_num_blocks is None or t.decode_num_blocks >= 1, "topology.decode_num_blocks",
+           t.decode_num_blocks, "must be >= 1, or null (engine.num_blocks)")
+    _check(link.bandwidth_gb_per_s > 0, "link.bandwidth_gb_per_s", link.bandwidth_gb_per_s,
+           f"must be > 0 (link={link.name})")
+    _check(link.latency_s >= 0, "link.latency_s", link.latency_s, f"must be >= 0 (link={link.name})")
 
 
 def _validate_workload(w: WorkloadConfig, m: ModelConfig) -> None:

@@ -1,4 +1,8 @@
-"""The one run path, for both executors: requests -> engine -> replay -> records -> summary.
+"""The one run path, for both executors: requests -> engine(s) -> replay -> records -> summary.
+
+A measured run replays its requests through one engine on its clock (engine/replay.py). A simulated
+run is a cluster on one virtual clock (cluster/simulated.py): topology=single is its one-instance case,
+the same steps and the same floats as the replay of one engine.
 
 chunklab.app adds the run's files and MLflow around it; experiments/simulate.py runs it lean,
 many times, for searches and maps. Neither writes the chain again.
@@ -8,9 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chunklab.calibration.machine import resolve_profile, warn_if_another_machine
+from chunklab.cluster.phases import Placement
+from chunklab.cluster.simulated import simulate_cluster
+from chunklab.cluster.summary import cluster_summary
+from chunklab.cluster.topology import Cluster, build_cluster
 from chunklab.config import RunConfig
 from chunklab.engine.build import build_engine, executor_kind, make_executor
-from chunklab.engine.cost_models import cost_model_for
+from chunklab.engine.cost_models import CostModel, cost_model_for
 from chunklab.engine.engine import LLMEngine
 from chunklab.engine.replay import ReplayResult, replay
 from chunklab.engine.sequence import Request
@@ -30,6 +38,8 @@ class Executed:
     summary: dict[str, float]
     trace_stats: TraceStats | None  # a trace workload's clipping and reordering counts
     why_unguarded: str  # a measured run without a profile to predict its steps: why ("" when guarded)
+    cluster: Cluster | None = None  # a simulated run's instances (engine: the first one's)
+    placements: dict[int, Placement] | None = None  # a simulated run's request_id -> instances, transfer times
 
 
 def engine_for(cfg: RunConfig) -> tuple[LLMEngine, str]:
@@ -47,6 +57,12 @@ def engine_for(cfg: RunConfig) -> tuple[LLMEngine, str]:
     return build_engine(cfg.model, cfg.engine, cfg.scheduler, cost_model, executor), why_none
 
 
+def simulated_cluster(cfg: RunConfig) -> Cluster:
+    """The run's cluster (topology, router, link) of simulated engines, all on the run's cost model."""
+    cost_model: CostModel = cost_model_for(resolve_profile(cfg), required=True)[0]
+    return build_cluster(cfg, lambda engine, scheduler: build_engine(cfg.model, engine, scheduler, cost_model))
+
+
 def execute(cfg: RunConfig, warmup: bool = True, slowdown: bool = False, on_requests=None, on_done=None,
             should_stop=None) -> Executed:
     """warmup: one short request first, so a measured run does not pay torch's first calls.
@@ -55,6 +71,8 @@ def execute(cfg: RunConfig, warmup: bool = True, slowdown: bool = False, on_requ
     requests, trace_stats = make_requests(cfg)
     if on_requests:
         on_requests(len(requests))
+    if not executor_kind(cfg.engine).measured:
+        return _execute_simulated(cfg, requests, trace_stats, warmup, slowdown, on_done, should_stop)
     engine, why_unguarded = engine_for(cfg)
     if warmup:
         engine.warmup()
@@ -64,3 +82,22 @@ def execute(cfg: RunConfig, warmup: bool = True, slowdown: bool = False, on_requ
         records = with_slowdown(records, IsolatedLatency.measure(engine, requests))
     summary = summarize(records, result.steps, result.makespan_s, cfg.slo, engine.scheduler.stats().num_chunked_prefills)
     return Executed(requests, engine, result, records, summary, trace_stats, why_unguarded)
+
+
+def _execute_simulated(cfg: RunConfig, requests: list[Request], trace_stats, warmup: bool, slowdown: bool,
+                       on_done, should_stop) -> Executed:
+    cluster = simulated_cluster(cfg)
+    if warmup:
+        for inst in cluster.instances:
+            inst.engine.warmup()
+    run = simulate_cluster(cluster, requests, on_done=on_done, should_stop=should_stop)
+    result = run.result
+    records = [record(s) for s in result.sequences]
+    if slowdown and not result.stopped:  # alone on one idle engine of the pool arrivals go to
+        records = with_slowdown(records, IsolatedLatency.measure(cluster.entry[0].engine, requests))
+    num_chunked = sum(inst.engine.scheduler.stats().num_chunked_prefills for inst in cluster.instances)
+    summary = summarize(records, result.steps, result.makespan_s, cfg.slo, num_chunked)
+    if cfg.topology.name != "single":
+        summary |= cluster_summary(cluster, result, run.placements)
+    return Executed(requests, cluster.instances[0].engine, result, records, summary, trace_stats, "", cluster,
+                    run.placements)

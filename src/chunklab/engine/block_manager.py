@@ -52,10 +52,13 @@ class BlockManager:
             seq.block_table.append(block_id)
 
     def free(self, seq: Sequence) -> None:
+        self.free_ids(seq.block_table)
+        seq.block_table = []
+
+    def free_ids(self, block_ids: list[int]) -> None:
         # Reverse order: the tail blocks go back first, so a later allocation
         # reuses the least recently filled ones last.
-        for block_id in reversed(seq.block_table):
+        for block_id in reversed(block_ids):
             self.ref_counts[block_id] -= 1
             if self.ref_counts[block_id] == 0:
                 self.free_block_ids.append(block_id)
-        seq.block_table = []

@@ -64,14 +64,15 @@ class LLMEngine:
     def add_request(self, request: Request) -> Sequence:
         """Queues the request, or rejects it (phase REJECTED) if it can never run."""
         seq = Sequence(request)
-        reason = self._rejection_reason(request)
+        reason = self.rejection_reason(request)
         if reason:
             seq.reject(reason)
         else:
             self.scheduler.add(seq)
         return seq
 
-    def _rejection_reason(self, request: Request) -> str:
+    def rejection_reason(self, request: Request) -> str:
+        """Why this engine can never run the request ("" when it can)."""
         num_prompt = len(request.prompt_token_ids)
         # The last sampled token is never fed back, so it needs no position or slot.
         num_positions = num_prompt + request.max_output_tokens - 1

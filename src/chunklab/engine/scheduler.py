@@ -6,7 +6,9 @@ prefills' next chunks, admissions. The ordering policy says which part spends fi
 admissions); the admission policy says which waiting sequence goes next.
 
 The scheduler owns its queues and counters. Other modules use its verbs: add, schedule,
-postprocess; stats for counters; stage and release_all to set up a chosen step (calibration).
+postprocess; stats for counters; stage and release_all to set up a chosen step (calibration);
+hand_off, release_sent and admit_prefilled to move a prefilled sequence between instances
+(prefill/decode disaggregation, chunklab/cluster/).
 """
 from __future__ import annotations
 
@@ -66,6 +68,7 @@ class Scheduler:
         self._running: list[Sequence] = []  # admission order: oldest first
         self._num_preemptions = 0
         self._num_chunked_prefills = 0
+        self._sending: dict[int, list[int]] = {}  # seq_id -> KV blocks handed off, held until sent
         self._fill = {Part.DECODES: self._schedule_decodes, Part.PREFILLS: self._schedule_running_prefills,
                       Part.ADMISSIONS: self._schedule_admissions}
 
@@ -139,6 +142,39 @@ class Scheduler:
         for seq in self._running:
             self.block_manager.free(seq)
         self._running.clear()
+
+    # -- disaggregation: a prefilled sequence moves to another instance ---
+    def prefilled(self) -> list[Sequence]:
+        """Running sequences whose prefill is done (decoding next), oldest admitted first: on a
+        prefill instance, the ones to hand off after a step."""
+        return [s for s in self._running if s.phase is Phase.DECODING]
+
+    def hand_off(self, seq: Sequence) -> None:
+        """Takes a prefilled sequence out of the running set for another instance to decode. Its KV
+        blocks stay allocated here, being sent, until release_sent(seq)."""
+        assert seq.phase is Phase.DECODING, f"hand_off of a {seq.phase.name} sequence"
+        self._running.remove(seq)
+        self._sending[seq.seq_id] = seq.block_table
+        seq.block_table = []
+
+    def release_sent(self, seq: Sequence) -> None:
+        """The handed-off sequence's KV has arrived at its decode instance: its blocks here are free."""
+        self.block_manager.free_ids(self._sending.pop(seq.seq_id))
+
+    @property
+    def num_sending_blocks(self) -> int:
+        return sum(map(len, self._sending.values()))
+
+    def admit_prefilled(self, seq: Sequence) -> bool:
+        """Admits a sequence prefilled elsewhere whose KV has arrived: it joins the running set
+        decoding, with blocks here for its cached tokens. False (nothing changed) while the running
+        set is full or the blocks do not fit."""
+        assert seq.phase is Phase.DECODING and not seq.block_table, "admit_prefilled: not a handed-off sequence"
+        if len(self._running) >= self._cfg.max_num_seqs or not self.block_manager.can_allocate(seq, 0):
+            return False
+        self.block_manager.allocate(seq, 0)
+        self._running.append(seq)
+        return True
 
     # -- planning --------------------------------------------------------
     def schedule(self) -> StepPlan:

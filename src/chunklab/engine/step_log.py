@@ -29,6 +29,19 @@ class StepLog:
             log.append(step)
         return log
 
+    @classmethod
+    def merged(cls, logs: list["StepLog"]) -> "StepLog":
+        """Several engines' steps in one log (a cluster's), each engine's in turn, with an `instance`
+        column: the index of the log it came from."""
+        log = cls()
+        instance = array("q")
+        for index, part in enumerate(logs):
+            for name, column in log.columns.items():
+                column.extend(part.columns[name])
+            instance.extend([index] * len(part))
+        log.columns["instance"] = instance
+        return log
+
     def append(self, step: StepRecord) -> None:
         for name, column in self._appenders:
             value = getattr(step, name)

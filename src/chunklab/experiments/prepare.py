@@ -10,6 +10,7 @@ started: composing a measured config never calibrates unless its load needs the 
 from __future__ import annotations
 
 from chunklab.calibration.machine import resolve_profile
+from chunklab.cluster.routers import ROUTERS
 from chunklab.config import ConfigError, RunConfig
 from chunklab.engine.build import EXECUTORS, executor_kind
 from chunklab.engine.cost_models import COST_MODELS
@@ -33,6 +34,8 @@ def check_choices(cfg: RunConfig) -> None:
     for key, value, registry in (("engine.executor", cfg.engine.executor, EXECUTORS),
                                  ("hardware.cost_model", cfg.hardware.cost_model, COST_MODELS),
                                  ("scheduler.ordering", cfg.scheduler.ordering, ORDERINGS),
-                                 ("scheduler.admission", cfg.scheduler.admission, ADMISSIONS)):
+                                 ("scheduler.admission", cfg.scheduler.admission, ADMISSIONS),
+                                 ("router.name", cfg.router.name, ROUTERS),
+                                 ("router.decode", cfg.router.decode or cfg.router.name, ROUTERS)):
         if value not in registry:
             raise ConfigError(f"{key}={value!r}: must be one of {', '.join(sorted(registry))}")

@@ -1,0 +1,53 @@
+"""A cluster built from config (topology, router, link): its instances, in their roles, and the
+routers that choose among them. The engines come from the caller's make_engine, so this module knows
+no executor and no clock (the runner builds simulated engines; a measured cluster, its own)."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable
+
+from chunklab.cluster.instance import Instance
+from chunklab.cluster.links import LinkModel
+from chunklab.cluster.routers import Router, make_router
+from chunklab.config import EngineConfig, RunConfig, SchedulerConfig
+from chunklab.engine.engine import LLMEngine
+from chunklab.engine.sequence import Request
+
+MakeEngine = Callable[[EngineConfig, SchedulerConfig], LLMEngine]
+
+
+@dataclass
+class Cluster:
+    instances: list[Instance]  # every instance, in index order
+    entry: list[Instance]  # the instances arrivals go to: the replicas, or the prefill pool
+    decode: list[Instance]  # disaggregated: the decode pool (else empty)
+    router: Router  # picks among `entry`
+    decode_router: Router | None  # disaggregated: picks among `decode`
+    link: LinkModel | None  # disaggregated: prices each KV transfer
+
+    @property
+    def disaggregated(self) -> bool:
+        return bool(self.decode)
+
+    def rejection_reason(self, request: Request) -> str:
+        """Why no instance could ever serve it (every instance of a pool is configured alike)."""
+        reason = self.entry[0].rejection_reason(request)
+        if not reason and self.decode:
+            reason = self.decode[0].rejection_reason(request)
+        return reason
+
+
+def build_cluster(cfg: RunConfig, make_engine: MakeEngine) -> Cluster:
+    t = cfg.topology
+    if t.name != "disaggregated":
+        n = t.replicas if t.name == "replicas" else 1
+        replicas = [Instance(i, "replica", make_engine(cfg.engine, cfg.scheduler), f"replica{i}") for i in range(n)]
+        return Cluster(replicas, replicas, [], make_router(cfg.router), None, None)
+    prefill_sched = dataclasses.replace(cfg.scheduler, budget=t.prefill_budget or cfg.scheduler.budget)
+    decode_engine = dataclasses.replace(cfg.engine, num_blocks=t.decode_num_blocks or cfg.engine.num_blocks)
+    prefill = [Instance(i, "prefill", make_engine(cfg.engine, prefill_sched), f"prefill{i}") for i in range(t.prefill)]
+    decode = [Instance(t.prefill + i, "decode", make_engine(decode_engine, cfg.scheduler), f"decode{i}")
+              for i in range(t.decode)]
+    return Cluster(prefill + decode, prefill, decode, make_router(cfg.router), make_router(cfg.router, decode=True),
+                   LinkModel.of(cfg.link, cfg.model))
