@@ -161,9 +161,10 @@ def test_a_failing_step_ends_failed_and_keeps_what_was_measured(tmp_path, monkey
             raise MemoryError("simulated out of memory")
         return real_step(self)
 
-    monkeypatch.setattr(LLMEngine, "step", failing_step)
+    # composed first: a machine with no profile yet calibrates here, through the real step
     cfg = compose_run_config(["engine=simulated", "workload.num_requests=50", "tracking.progress=false",
                               f"tracking.tracking_uri=sqlite:///{tmp_path}/mlflow.db"])
+    monkeypatch.setattr(LLMEngine, "step", failing_step)
     with pytest.raises(MemoryError):
         run_tracked(cfg, tmp_path / "run", {})
     steps = pd.read_csv(tmp_path / "run" / "steps.csv")
