@@ -138,3 +138,12 @@ def test_the_production_section_says_which_presets_borrow_their_fit(tmp_path):
     presets.to_csv(tmp_path / "cost_models" / "presets.csv", index=False)
     (line,) = cost_model_provenance(tmp_path)
     assert "Fit on their own device: h100:" in line and "a100_80g (the h100 fit's), h200 (the h100 fit's)" in line
+
+
+def test_the_capacity_figure_names_lines_that_hide_each_other():
+    from chunklab.stages.sim_figures import coinciding
+
+    rows = [{"workload": "w", "setting": s, "rate_per_s": r, "goodput_req_per_s": g, "slo_attainment": 1.0}
+            for s, shift in (("a", 0.0), ("b", 0.0), ("c", 0.5)) for r, g in ((1.0, 1.0 + shift), (2.0, 2.0))]
+    assert coinciding(pd.DataFrame(rows)) == "; lines that coincide: w: a = b"
+    assert coinciding(pd.DataFrame([r for r in rows if r["setting"] != "b"])) == ""

@@ -119,8 +119,10 @@ def versus_rate(runs: pd.DataFrame, path: Path, metrics: list[tuple[str, str]], 
     for row, workload in zip(axes, workloads):
         part = runs if workload is None else runs[runs["workload"] == workload]
         for ax, (key, label) in zip(row, metrics):
+            # a dash and a marker per line as well as a colour: settings that coincide stay visible
             sns.lineplot(part.assign(**{hue: part[hue].astype(str)}).sort_values("rate_per_s"), x="rate_per_s",
-                         y=key, hue=hue, hue_order=order, palette=palette, marker="o", ms=4, ax=ax)
+                         y=key, hue=hue, hue_order=order, palette=palette, style=hue, style_order=order,
+                         markers=True, dashes=True, ms=5, ax=ax)
             ax.set(xlabel="arrival rate (req/s)", ylabel=label, title=workload or "")
             ax.get_legend().remove()
     _legend_outside(axes[0][-1], hue)

@@ -33,7 +33,7 @@ def make_simulated_plots(p: Params, profile: Path, outputs: Path, out_dir: Path)
     figures.versus_rate(probes, sim_dir / "goodput_vs_rate.png",
                         [("goodput_req_per_s", "goodput (req/s)"), ("slo_attainment", "SLO attainment")],
                         title="Against offered load, by setting (the capacity search's probes)",
-                        caption=f"{simulated}; {per_cell} per probe", hue="setting")
+                        caption=f"{simulated}; {per_cell} per probe{coinciding(probes)}", hue="setting")
 
     maps = outputs / "simulated" / "maps"
     cells, best = pd.read_csv(maps / "cells.csv"), pd.read_csv(maps / "best_budget.csv")
@@ -57,3 +57,17 @@ def make_simulated_plots(p: Params, profile: Path, outputs: Path, out_dir: Path)
         points = pd.read_csv(outputs / "cost_models" / f"{d.name}_points.csv")
         figures.operator_fit(points, fit_dir / f"{d.name}_fit.png", f"Llama-2-7B on {d.name.upper()}: Vidur's "
                              "measured operator times and the roofline fit (hollow: held out)")
+
+
+def coinciding(probes: pd.DataFrame) -> str:
+    """'; lines that coincide: ...' naming the settings of a workload whose probes are identical (one line
+    hides the other), or ''."""
+    same = []
+    for workload, w in probes.groupby("workload", sort=False):
+        curves = {setting: tuple(map(tuple, g[["rate_per_s", "goodput_req_per_s", "slo_attainment"]].round(6).values))
+                  for setting, g in w.groupby("setting", sort=False)}
+        seen: dict[tuple, list[str]] = {}
+        for setting, curve in curves.items():
+            seen.setdefault(curve, []).append(setting)
+        same += [f"{workload}: {' = '.join(names)}" for names in seen.values() if len(names) > 1]
+    return f"; lines that coincide: {'; '.join(same)}" if same else ""
