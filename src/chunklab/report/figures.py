@@ -1,6 +1,7 @@
 """The pipeline's plots (seaborn, PNG)."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -18,7 +19,9 @@ HEADLINE = [("ttft_p50_s", "TTFT p50 (s)"), ("ttft_p95_s", "TTFT p95 (s)"), ("it
 def _save(fig, path: Path, title: str, caption: str) -> Path:
     """title: what the plot shows; caption: measured or simulated, the machine, the load or rate
     (every figure says them, so a PNG read alone is never another machine's numbers)."""
-    fig.suptitle(f"{title}\n{caption}" if caption else title, fontsize=9)
+    width = int(fig.get_figwidth() * 15)  # characters of a 9-point line across the figure
+    lines = [title, *textwrap.wrap(caption, width)] if caption else [title]
+    fig.suptitle("\n".join(lines), fontsize=9)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -37,6 +40,10 @@ def budget_hue(frame: pd.DataFrame, column: str = "budget") -> tuple[pd.DataFram
 def _legend_outside(ax, title: str = "") -> None:
     """The legend right of the axes, never over the data."""
     handles, labels = ax.get_legend_handles_labels()
+    if not handles and ax.get_legend() is not None:  # seaborn's distribution plots keep theirs off the axes' handles
+        sns.move_legend(ax, "upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, title=title or None,
+                        fontsize=7, title_fontsize=7)
+        return
     if ax.get_legend() is not None:
         ax.get_legend().remove()
     ax.legend(handles, labels, title=title or None, fontsize=7, title_fontsize=7, loc="upper left",
