@@ -4,7 +4,7 @@
   cost_models.devices): the GEMM and elementwise efficiencies fit on Vidur's measured operator
   times of Llama-2-7B on that device (data/profiles/vidur/), scored per operator on held-out token
   counts; and every device's decode-sized steps priced by every fit (decode_steps.csv).
-- This CPU: the same form fit on TinyGPT's calibration probe (the reference profile's shapes,
+- This CPU: the same form fit on TinyGPT's calibration probe (this repro's probe shapes,
   outputs/profiles/machine_shapes.csv), beside the linear profile fit on the same shapes.
 Both inputs are committed data, so the outputs reproduce on any machine (numbers rounded to 4
 significant digits, so a BLAS's last bits cannot change a byte).
@@ -136,8 +136,8 @@ def run(p: CostModelsParams, shapes_csv: Path, out_dir: Path) -> None:
            "unverified on the borrowing device):", "", table.to_markdown(index=False), ""]
     c, c_forms = cpu(p, shapes_csv, out_dir)
     e = c["efficiency"]
-    md += ["**This CPU** (TinyGPT's calibration probe of the reference profile, mixed-batch shapes; same held-out "
-           "shapes for both forms):", "",
+    md += ["**This CPU** (TinyGPT's calibration probe of this repro's profile, outputs/profiles/machine_shapes.csv, "
+           "mixed-batch shapes; same held-out shapes for both forms):", "",
            c_forms.to_markdown(index=False, floatfmt=".3f"), "",
            f"Rates the roofline fit implies: GEMMs up to {e['gemm_max'] * 1e3:.0f} GFLOP/s (half at "
            f"{e['gemm_half_rows']:.0f} rows), weights read at {e['weight_bandwidth'] * 1e3:.1f} GB/s, prefill "
