@@ -327,3 +327,12 @@ def test_the_machine_identity_is_stable_here_and_differs_on_another_cpu(monkeypa
     assert "source_digest" not in here  # code changes reach stages through their own deps
     monkeypatch.setattr(fp, "cpu_model", lambda: "AMD EPYC (family 26 model 2 stepping 0, avx512f)")
     assert fp.machine_identity() != here
+
+
+def test_a_profile_differing_only_in_engine_settings_is_not_called_another_machine():
+    from chunklab.calibration.machine import what_differs
+
+    assert what_differs(["cpu_model", "forward_path"]) == "another machine"
+    assert what_differs(["forward_path"]) == "another engine setting"  # the perf stage's 'before' config
+    assert what_differs(["torch_threads", "source_digest"]) == "another engine setting"
+    assert what_differs(["source_digest"]) == "another engine build"

@@ -24,6 +24,7 @@ SRC = Path(__file__).resolve().parents[1]
 COMPUTE_SOURCES = ("model", "calibration", "engine/model_runner.py", "engine/engine.py", "engine/scheduler.py",
                    "engine/block_manager.py", "engine/sequence.py", "engine/step_shape.py")
 MACHINE_KEYS = ("cpu_model", "cpu_logical_cores", "torch_threads", "torch_version", "device", "forward_path")
+HARDWARE_KEYS = ("cpu_model", "cpu_logical_cores", "device")  # the rest are software or engine settings
 
 
 @cache

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from chunklab.calibration.fingerprint import describe, differences, fingerprint, fingerprint_id
+from chunklab.calibration.fingerprint import HARDWARE_KEYS, describe, differences, fingerprint, fingerprint_id
 from chunklab.calibration.profile import CalibrationSettings, calibrate
 from chunklab.config import EngineConfig, ModelConfig, RunConfig
 from chunklab.engine.cost_models.linear import AUTO, PROFILE_FORMAT, applies_to, profile_path
@@ -87,7 +87,18 @@ def warn_if_another_machine(cfg: RunConfig) -> None:
     if not diff or str(path) in _warned:
         return
     _warned.add(str(path))
-    what = "another engine build" if diff == ["source_digest"] else "another machine"
+    what = what_differs(diff)
     print(f"chunklab: engine.profile={cfg.engine.profile} is {what}'s ({describe(theirs)}; differs in "
           f"{', '.join(diff)}), this run measures on {describe(ours)}: its predictions and capacity are that "
-          f"machine's (engine.profile=auto uses this one's)", file=sys.stderr)
+          f"{what.removeprefix('another ')}'s (engine.profile=auto uses this one's)", file=sys.stderr)
+
+
+def what_differs(diff: list[str]) -> str:
+    """Names what a profile was measured on, from the fingerprint keys where it differs from this run:
+    a machine only when the hardware differs (a forward path or thread count alone is this machine
+    with another engine setting, as the perf stage's 'before' config is)."""
+    if set(diff) & set(HARDWARE_KEYS):
+        return "another machine"
+    if set(diff) - {"source_digest"}:
+        return "another engine setting"
+    return "another engine build"
