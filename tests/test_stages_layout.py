@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from chunklab.experiments import load
 from chunklab.stages.params import ParamsError, load_params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,8 +83,14 @@ def test_a_function_level_chunklab_import_in_the_stages_says_it_guards_an_option
 def test_the_committed_params_load_typed():
     p = load_params(ROOT / "params.yaml")
     assert p.fidelity.budgets == [64, 512, 8192] and p.fidelity.loads[0] == 0.5 and p.sim_traces.num_requests is None
-    assert p.perf.peer.serve_repeats == 3 and p.prefill_split.overrides == []  # given / its default
+    assert p.perf.peer.serve_repeats == 2 and p.prefill_split.overrides == []  # given / its default
     assert isinstance(p.sim_tuning.load, float) and p.sim_production.published.slos[0].budget == 512
+
+
+def test_load_one_is_the_capacity_the_sim_stages_search():
+    """workload.load=1.0 (experiments/load.py) and the sim stages' capacity pool the same seeds."""
+    assert load_params(ROOT / "params.yaml").sim.seeds == load.CAPACITY_SEEDS
+    assert load_params(ROOT / "params.yaml").sim.num_requests == load.CAPACITY_REQUESTS
 
 
 @pytest.mark.parametrize("section, key, value, message", [
