@@ -97,7 +97,7 @@ def large_long_verdict(winners: pd.DataFrame, capacity: pd.DataFrame, margin: fl
                      f"({int(here.sum())} points); every other point: {b:.2f} ({int((~here).sum())} points)")
 
 
-def gain_verdict(winners: pd.DataFrame, margin: float) -> tuple[str, str]:
+def gain_verdict(winners: pd.DataFrame, margin: float, loads: list[float]) -> tuple[str, str]:
     """The largest disaggregated/colocated goodput ratio, at any load, where colocation serves any request
     in SLO (DistServe's "up to" is a maximum too)."""
     finite = winners[winners["colocated_goodput_per_gpu_rps"] > 0]
@@ -106,10 +106,13 @@ def gain_verdict(winners: pd.DataFrame, margin: float) -> tuple[str, str]:
         return WITHIN, "colocation serves no request within SLO at any point"
     top = finite.loc[finite["disagg_over_colocated"].idxmax()]
     g = float(top["disagg_over_colocated"])
+    near = finite[finite["load"].isin(loads)]["disagg_over_colocated"]
     verdict = AGREES if g >= DISTSERVE_GAIN / (1 + margin) else DISAGREES
     return verdict, (f"largest {g:.2f}x ({top['model']} on {top['hardware']}, {int(top['gpus'])} GPUs, {top['workload']}, "
                      f"{top['slo']}, load {top['load']:g}, {top['link']}: {top['split']} against colocated budget "
-                     f"{int(top['colocated_budget'])}); disaggregation serves requests in SLO where colocation "
+                     f"{int(top['colocated_budget'])}; share within SLO {top['disagg_share_in_slo']:.0%} against "
+                     f"{top['colocated_share_in_slo']:.0%}); at {loads_text(loads)} the largest is "
+                     f"{near.max() if len(near) else math.nan:.2f}x; disaggregation serves requests in SLO where colocation "
                      f"serves none at {only} points")
 
 
@@ -124,7 +127,7 @@ def verdicts(winners: pd.DataFrame, cells: pd.DataFrame, capacity: pd.DataFrame,
         "taichi_balanced": regime_verdict(winners, balanced, "tie", margin, verdict_loads),
         "vllm_throughput": throughput_verdict(cells, margin, throughput_load),
         "llmd_large_long": large_long_verdict(winners, capacity, margin, verdict_loads),
-        "distserve_gain": gain_verdict(winners, margin),
+        "distserve_gain": gain_verdict(winners, margin, verdict_loads),
     }
     return pd.DataFrame([{"key": k, "source": STATEMENTS[k][0], "statement": STATEMENTS[k][1], "verdict": v,
                           "decided_by": why} for k, (v, why) in decided.items()])

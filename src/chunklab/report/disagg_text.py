@@ -71,17 +71,21 @@ def drivers(winners: pd.DataFrame, cells: pd.DataFrame, c: dict) -> list[str]:
                    f"neither serves any {int((w['winner'] == 'none').sum())} of {len(w)} points; median share within "
                    f"SLO colocated {w['colocated_share_in_slo'].median():.0%}, split "
                    f"{w['disagg_share_in_slo'].median():.0%}.")
-    for (model, hardware, slo), w in hot.groupby(["model", "hardware", "slo"], sort=False):
-        ttft, tpot = float(w["slo_ttft_s"].iloc[0]), float(w["slo_tpot_s"].iloc[0])
+    for (model, hardware, slo), g in hot.groupby(["model", "hardware", "slo"], sort=False):
+        ttft, tpot = float(g["slo_ttft_s"].iloc[0]), float(g["slo_tpot_s"].iloc[0])
+        w = g[g["winner"].isin(["colocated", "disaggregated"])]  # the points a side wins: what decided them
+        head = f"- {model} on {hardware}, {slo} (TTFT {ttft:g} s, TPOT {tpot * 1e3:g} ms): "
+        if w.empty:
+            out.append(head + f"every one of its {len(g)} points is a tie or serves none.")
+            continue
         out.append(
-            f"- {model} on {hardware}, {slo} (TTFT {ttft:g} s, TPOT {tpot * 1e3:g} ms): median TTFT p99 colocated "
-            f"{w['colocated_ttft_p99_s'].median():.3f} s against the best split's {w['disagg_ttft_p99_s'].median():.3f} s "
-            f"(its prefill queue p50 {w['disagg_prefill_queue_p50_s'].median():.3f} s, KV transfer p99 "
-            f"{w['disagg_transfer_p99_s'].median() * 1e3:.1f} ms); median TPOT p50 colocated "
-            f"{w['colocated_tpot_p50_s'].median() * 1e3:.1f} ms against the split's "
+            head + f"at the {len(w)} of {len(g)} points a side wins ({int((w['winner'] == 'colocated').sum())} "
+            f"colocated), median TTFT p99 colocated {w['colocated_ttft_p99_s'].median():.3f} s against the best "
+            f"split's {w['disagg_ttft_p99_s'].median():.3f} s (its prefill queue p50 "
+            f"{w['disagg_prefill_queue_p50_s'].median():.3f} s, KV transfer p99 {w['disagg_transfer_p99_s'].median() * 1e3:.1f} ms); "
+            f"median TPOT p50 colocated {w['colocated_tpot_p50_s'].median() * 1e3:.1f} ms against the split's "
             f"{w['disagg_tpot_p50_s'].median() * 1e3:.1f} ms (decode steps beside prefill chunks against decode alone); "
-            f"share within SLO {w['colocated_share_in_slo'].median():.0%} colocated, "
-            f"{w['disagg_share_in_slo'].median():.0%} split.")
+            f"share within SLO {w['colocated_share_in_slo'].median():.0%} colocated, {w['disagg_share_in_slo'].median():.0%} split.")
     split = cells[(cells["topology"] == "disaggregated") & cells["load"].isin(c["verdict_loads"])]
     for link, g in split.groupby("link", sort=False):
         ratio = (g["transfer_p99_s"] / g["slo_ttft_s"]).max()

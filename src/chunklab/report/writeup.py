@@ -311,10 +311,10 @@ def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) ->
         *production_findings(outputs), sim("production", profiled=False),
         "![Llama-3-8B on H100, ch10 mix at production lengths](plots/simulated/production_llama3_8b_h100_ch10_production_heatmaps.png)",
         "![Llama-3-8B on H100, conversation trace](plots/simulated/production_llama3_8b_h100_azure_conv_heatmaps.png)",
-        *disagg_section(outputs),
         "### The cost model behind it", (outputs / "cost_models" / "cost_models.md").read_text(),
         *(f"![{f.stem.removesuffix('_fit').upper()} operator fit](plots/cost_models/{f.name})"
           for f in sorted((outputs / "plots" / "cost_models").glob("*_fit.png"))),
+        *disagg_section(outputs),
         "## Performance (measured)", *m("perf"), *peer_findings(outputs),
         "## Plots (measured)",
         "![TTFT ECDF](plots/ttft_ecdf.png)", "![ITL distribution](plots/itl_distribution.png)",
