@@ -77,6 +77,15 @@ def test_distserves_gain(largest, expected):
     assert dict(zip(v["key"], v["verdict"]))["distserve_gain"] == expected
 
 
+def test_distserves_gain_ignores_points_where_colocation_barely_serves():
+    """A 20x ratio over a colocated share of 2% is overload, not topology: it decides nothing."""
+    cells, capacity = tables(lambda m, w, s: 1.0)
+    hit = (cells["model"] == "small_8b") & (cells["workload"] == "azure_conv") & (cells["slo"] == SLOS[0])
+    cells.loc[hit & (cells["topology"] == "colocated"), ["share_in_slo", "goodput_per_gpu_rps"]] = [0.02, 0.05]
+    v = verdicts(winners_table(cells, 0.05), cells, capacity, 0.05, LOADS, THROUGHPUT_LOAD)
+    assert dict(zip(v["key"], v["verdict"]))["distserve_gain"] == DISAGREES
+
+
 def test_winners_call_a_lead_under_the_margin_a_tie_and_no_goodput_none():
     cells, _ = tables(lambda m, w, s: 1.04 if s == SLOS[0] else 1.0)
     cells.loc[(cells["slo"] == SLOS[1]), ["goodput_per_gpu_rps", "share_in_slo"]] = 0.0
