@@ -37,6 +37,9 @@ TINY = {
     "sim_production": {"pairs": [["llama3_8b", "h100"]], "workloads": ["ch10_production", "azure_conv"],
                        "trace_rows": 40, "num_requests": 40, "seeds": [1], "budgets": [512, 16384], "loads": [0.5, 1.0],
                        "capacity_rel_tol": 0.2},
+    "sim_disagg": {"pairs": [["llama3_8b", "h100", 1.0]], "gpus": [2], "workloads": ["ch10_production", "azure_conv"],
+                   "num_requests": 40, "loads": [1.0, 2.0], "verdict_loads": [1.0], "throughput_load": 2.0,
+                   "budgets": [512], "links": ["nvlink4"], "capacity_rel_tol": 0.2},
 }
 TRACE_ROWS = ["TIMESTAMP,ContextTokens,GeneratedTokens"] + [
     f"2023-11-16 18:15:{10 + i // 4:02d}.{(i % 4) * 25:02d}00000,{(37 * i) % 900 + 20},{(11 * i) % 12 + 2}" for i in range(60)]
@@ -67,6 +70,9 @@ EXPECTED = [
                                            "decode_steps.csv", "presets.csv", "cpu_fit.json", "cost_models.md")],
     *[f"outputs/simulated/production/{f}" for f in ("cells.csv", "capacity.csv", "chunking_gain.csv", "published.csv")],
     "outputs/plots/simulated/production_llama3_8b_h100_azure_conv_heatmaps.png",
+    *[f"outputs/simulated/disagg/{f}" for f in ("capacity.csv", "cells.csv", "winners.csv", "metrics.json",
+                                                                "conditions.json")],
+    "outputs/plots/simulated/disagg_llama3_8b_h100_nvlink4.png",
 ]
 SIM_OUTPUTS = "outputs/simulated"
 
@@ -96,6 +102,7 @@ def test_dvc_repro_smoke(tmp_path):
     params["fidelity"]["trace"]["overrides"] = [f"workload.trace.path={trace}"]
     params["perf"]["trace_overrides"] = ["model=micro", f"workload.trace.path={trace}"]
     params["sim_production"]["overrides"] = [f"workload.trace.path={trace}"]
+    params["sim_disagg"]["overrides"] = [f"workload.trace.path={trace}"]
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
     env = dict(os.environ, PYTHONPATH=str(repo / "src"), CHUNKLAB_PROJECT_DIR=str(repo),  # the clone, not this checkout
                MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db",

@@ -255,3 +255,49 @@ def test_cli_refuses_in_one_line(tmp_path, overrides, message):
 def test_issue_names_choose_the_same_routers():
     assert compose_run_config([*BASE, "router=least_outstanding"]).router.name == "least_outstanding_requests"
     assert compose_run_config([*BASE, "router=least_tokens"]).router.name == "least_outstanding_tokens"
+
+
+# -- events at one instant -----------------------------------------------------------------------
+
+def test_events_at_one_instant_apply_step_ends_then_transfers_then_arrivals(cfgs, monkeypatch):
+    """The contract of cluster/simulated.py at one virtual instant: every step end first (by instance
+    index), then every KV transfer end (by start order), then every arrival (by request order); only
+    then do idle instances start steps. So at that instant a router placing an arrival sees the prefill
+    pool after its hand-offs and freed blocks, and a KV that lands as a decode step ends is admitted by
+    the step starting then. A zero-second link lands each transfer at the instant of its step's end,
+    and one request is made to arrive at that instant too: all three kinds meet."""
+    from chunklab.cluster import simulated
+    from chunklab.cluster.links import LinkModel
+
+    cfg = with_(cfgs["disaggregated"], topology={"prefill": 1, "decode": 1}, workload={"num_requests": 6})
+    requests, _ = make_requests(cfg)
+
+    def run(reqs, log=None):
+        cluster = simulated_cluster(cfg)
+        cluster.link = LinkModel(cluster.link.bytes_per_token, float("inf"), 0.0)  # lands at its start
+        if log is not None:
+            step, transfer, arrive = (simulated._Simulation._step_ended, simulated._Simulation._transfer_ended,
+                                      simulated._Simulation._arrive)
+            monkeypatch.setattr(simulated._Simulation, "_step_ended", lambda self, i, fin, now: (
+                log.append((now, simulated.STEP_END, i)), step(self, i, fin, now))[1])
+            monkeypatch.setattr(simulated._Simulation, "_transfer_ended", lambda self, seq, s, t, end: (
+                log.append((end, simulated.TRANSFER_END, seq.seq_id)), transfer(self, seq, s, t, end))[1])
+            monkeypatch.setattr(simulated._Simulation, "_arrive", lambda self, r: (
+                log.append((r.arrival_s, 2, r.request_id)), arrive(self, r))[1])
+        return simulated.simulate_cluster(cluster, reqs)
+
+    first = run(requests)
+    instant = first.placements[requests[0].request_id].transfer_start_s  # a prefill step's end
+    extra = dataclasses.replace(requests[-1], request_id=len(requests), arrival_s=instant)
+    log: list[tuple] = []
+    second = run([*requests, extra], log)
+    at = [(kind, key) for t, kind, key in log if t == instant]
+    assert {kind for kind, _ in at} == {simulated.STEP_END, simulated.TRANSFER_END, 2}  # all three meet
+    for t in sorted({t for t, _, _ in log}):
+        same = [(kind, key) for u, kind, key in log if u == t]
+        assert [kind for kind, _ in same] == sorted(kind for kind, _ in same)  # step ends, transfers, arrivals
+        ends = [key for kind, key in same if kind == simulated.STEP_END]
+        assert ends == sorted(ends)  # by instance index
+    where = second.placements[requests[0].request_id]
+    assert where.transfer_end_s == where.transfer_start_s == instant
+    assert all(s.is_done for s in second.result.sequences)

@@ -9,7 +9,8 @@ import dataclasses
 import multiprocessing
 import os
 
-from chunklab.config import RunConfig
+from chunklab.config import RunConfig, SloConfig
+from chunklab.metrics.summary import meets_slo
 from chunklab.runner import execute
 
 
@@ -32,6 +33,18 @@ def simulate_requests(cfg: RunConfig) -> tuple[dict[str, float], list[dict]]:
     """The summary and, per request, REQUEST_KEYS: pairs with a measured run of the same workload."""
     summary, records = _simulate(cfg)
     return summary, [{k: getattr(r, k) for k in REQUEST_KEYS} for r in records]
+
+
+def simulate_slos(cfg: RunConfig, slos: dict[str, SloConfig]) -> dict[str, float]:
+    """The summary plus, for each named SLO set, `goodput_req_per_s@<name>` and `slo_attainment@<name>`:
+    one run judged against several SLOs (a run's decisions never depend on its SLO)."""
+    summary, records = _simulate(cfg)
+    makespan_s = summary["makespan_s"]
+    for name, slo in slos.items():
+        good = sum(meets_slo(r, slo) for r in records)
+        summary[f"goodput_req_per_s@{name}"] = good / makespan_s if makespan_s else 0.0
+        summary[f"slo_attainment@{name}"] = good / len(records) if records else 0.0
+    return summary
 
 
 def _simulate(cfg: RunConfig, with_steps: bool = False):

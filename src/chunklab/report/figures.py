@@ -16,15 +16,17 @@ HEADLINE = [("ttft_p50_s", "TTFT p50 (s)"), ("ttft_p95_s", "TTFT p95 (s)"), ("it
             ("goodput_req_per_s", "goodput (req/s)")]
 
 
-def _save(fig, path: Path, title: str, caption: str) -> Path:
+def _save(fig, path: Path, title: str, caption: str, tight: bool = True) -> Path:
     """title: what the plot shows; caption: measured or simulated, the machine, the load or rate
-    (every figure says them, so a PNG read alone is never another machine's numbers)."""
+    (every figure says them, so a PNG read alone is never another machine's numbers). tight=False: the
+    figure laid out its own axes (a colorbar shared by a grid of axes)."""
     width = int(fig.get_figwidth() * 15)  # characters of a 9-point line across the figure
     lines = [title, *textwrap.wrap(caption, width)] if caption else [title]
     fig.suptitle("\n".join(lines), fontsize=9)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    if tight:
+        fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches=None if tight else "tight")
     plt.close(fig)
     return path
 

@@ -8,6 +8,7 @@ import pandas as pd
 
 from chunklab.report import chapter
 from chunklab.report.claims import HOLDS, NA, SCORE, budget_verdicts, split_verdicts, verdict_table
+from chunklab.report.disagg_text import disagg_metrics, disagg_section
 from chunklab.report.peer import peer_findings
 from chunklab.report.production import production_findings, production_metrics
 
@@ -132,7 +133,7 @@ def chapter_metrics(runs: pd.DataFrame, split: pd.DataFrame, outputs: Path) -> d
     if capacity:
         out["measured capacity at budget 512 (req/s)"] = capacity
         out["chapter's rate over measured capacity"] = round(float(runs["rate_per_s"].iloc[0]) / capacity, 4)
-    return out | production_metrics(outputs)
+    return out | production_metrics(outputs) | disagg_metrics(outputs)
 
 
 def claim_findings(runs: pd.DataFrame, split: pd.DataFrame, outputs: Path) -> list[str]:
@@ -313,6 +314,7 @@ def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) ->
         "### The cost model behind it", (outputs / "cost_models" / "cost_models.md").read_text(),
         *(f"![{f.stem.removesuffix('_fit').upper()} operator fit](plots/cost_models/{f.name})"
           for f in sorted((outputs / "plots" / "cost_models").glob("*_fit.png"))),
+        *disagg_section(outputs),
         "## Performance (measured)", *m("perf"), *peer_findings(outputs),
         "## Plots (measured)",
         "![TTFT ECDF](plots/ttft_ecdf.png)", "![ITL distribution](plots/itl_distribution.png)",

@@ -227,6 +227,30 @@ class SimProductionParams:
 
 
 @Section
+class SimDisaggParams:
+    pairs: list[tuple[str, str, float]]  # (model, hardware, SLO scale: each SLO set's seconds x this)
+    gpus: list[int]  # N: colocated N replicas against every xP/yD split with x + y = N
+    workloads: list[str]
+    trace_workloads: list[str]
+    num_requests: int  # per run (a trace: its first rows)
+    seed: int
+    slos: list[str]  # conf/slo/ sets, each judged on every run
+    capacity_slo: str  # one of slos: single-GPU capacity is the rate with >= target of requests within it
+    target: float
+    capacity_rel_tol: float
+    loads: list[float]  # x N x the single-GPU capacity
+    verdict_loads: list[float]  # the loads the regime verdicts read (around capacity)
+    throughput_load: float  # one of loads, high enough to saturate every topology: the throughput verdict
+    budgets: list[int]  # the colocated replicas' budget, tuned per point (the best of these)
+    prefill_budget: int  # the prefill pool's budget (whole prompts)
+    links: list[str]  # conf/link/ presets for the KV transfer
+    router: str  # conf/router/: arrivals and hand-offs
+    tie_margin: float  # a winner by less than this share is a tie (a modelling margin, not noise)
+    processes: int
+    overrides: list[str]
+
+
+@Section
 class Params:
     calibrate: CalibrateParams
     fidelity: FidelityParams
@@ -241,6 +265,7 @@ class Params:
     sim_traces: SimTracesParams
     cost_models: CostModelsParams
     sim_production: SimProductionParams
+    sim_disagg: SimDisaggParams
 
 
 def load_params(path: str | Path) -> Params:

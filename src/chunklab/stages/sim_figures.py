@@ -7,6 +7,7 @@ Writes under out_dir (outputs/plots):
     simulated/<workload>_heatmaps.png        sim_maps' cells, one per workload
     simulated/queue.png                      sim_traces' queue length over time
     simulated/production_<model>_<hardware>_<workload>_heatmaps.png   sim_production's cells
+    simulated/disagg_<model>_<hardware>_<link>.png    sim_disagg's winners: colocated against P/D splits
     cost_models/<device>_fit.png             each GPU fit's operator points
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from chunklab.report import figures
+from chunklab.report.disagg_figures import winner_map
 from chunklab.stages.common import profile_machine
 from chunklab.stages.params import Params
 
@@ -53,6 +55,8 @@ def make_simulated_plots(p: Params, profile: Path, outputs: Path, out_dir: Path)
                                      f"{model} on {hardware}, {workload}",
                                      f"SIMULATED: the roofline cost model of the {hardware} preset; {LOAD_NOTE}")
 
+    draw_disagg_maps(p, outputs / "simulated" / "disagg", sim_dir)
+
     for d in p.cost_models.devices:
         points = pd.read_csv(outputs / "cost_models" / f"{d.name}_points.csv")
         figures.operator_fit(points, fit_dir / f"{d.name}_fit.png", f"Llama-2-7B on {d.name.upper()}: Vidur's "
@@ -71,3 +75,16 @@ def coinciding(probes: pd.DataFrame) -> str:
             seen.setdefault(curve, []).append(setting)
         same += [f"{workload}: {' = '.join(names)}" for names in seen.values() if len(names) > 1]
     return f"; lines that coincide: {'; '.join(same)}" if same else ""
+
+
+def draw_disagg_maps(p: Params, disagg: Path, sim_dir: Path) -> None:
+    """One map per model/device pair and KV link (sim_disagg's winners.csv)."""
+    winners, q = pd.read_csv(disagg / "winners.csv"), p.sim_disagg
+    for (model, hardware, link), w in winners.groupby(["model", "hardware", "link"], sort=False):
+        winner_map(w, sim_dir / f"disagg_{model}_{hardware}_{link}.png",
+                   f"SIMULATED: {model} on {hardware}, KV over {link}: best prefill/decode split against best "
+                   "colocated replicas, goodput per GPU",
+                   f"The roofline cost model of the {hardware} preset. Load: the offered rate over N x one GPU's "
+                   f"capacity (budget 512, >= {q.target:.0%} of requests within {q.capacity_slo}). {q.num_requests} "
+                   f"requests per run; colocated budget tuned over {q.budgets}; a lead under {q.tie_margin:.0%} is "
+                   "a tie (a modelling margin). Cell: the winner and its lead.")
