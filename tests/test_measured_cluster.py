@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from chunklab import app
 from chunklab.app import run_tracked
+from chunklab.calibration.shm_link import LinkFit, fit_link, link_preset
 from chunklab.cluster.ledger import FINISHED, LOST, PENDING, REJECTED, Ledger, LedgerError
 from chunklab.cluster.measured import InstanceDied, available_cores
 from chunklab.cluster.phases import PHASES
@@ -23,6 +24,7 @@ from chunklab.engine.build import build_engine
 from chunklab.engine.replay import replay
 from chunklab.experiments.compose import compose_run_config
 from chunklab.runner import execute
+from chunklab.stages.cluster import winners
 from chunklab.workload import make_requests
 
 MICRO = ["model=micro", "tracking=none", "tracking.progress=false", "workload.num_requests=10"]
@@ -154,3 +156,23 @@ def test_an_instance_killed_mid_run_ends_it_failed_in_bounded_time_with_every_re
     assert runs["metrics.num_finished"][0] == (rows.status == "finished").sum()
     assert runs["metrics.num_unfinished"][0] == (rows.status == "unfinished").sum()
     assert "metrics.instance_decode0_steps" in runs
+
+
+# -- the shm link and the stage's verdict ------------------------------------------------------------
+
+def test_the_link_fit_recovers_bandwidth_and_latency_and_its_preset_composes(tmp_path):
+    rows = [{"tokens": n, "bytes": n * 3072, "seconds": n * 3072 / 4e9 + 1e-4} for n in (1, 16, 256, 2048)]
+    fit = fit_link(rows)
+    assert fit.bandwidth_gb_per_s == pytest.approx(4.0, rel=1e-6) and fit.latency_s == pytest.approx(1e-4, rel=1e-6)
+    text = link_preset(LinkFit(4.0, 1e-4, 1.0, 4), "here")
+    assert "bandwidth_gb_per_s: 4\n" in text and "latency_s: 0.0001\n" in text and "here" in text
+    link = compose_run_config(["tracking=none", "link=shm"]).link  # the committed preset: measured, with conditions
+    assert link.name == "shm" and link.bandwidth_gb_per_s > 0 and link.spec_source.startswith("measured: ")
+
+
+def test_the_winner_of_a_load_is_the_arm_with_the_best_median_goodput():
+    runs = pd.DataFrame({"executor": "measured", "load": [0.5] * 6 + [0.9] * 2,
+                         "arm": ["single", "single", "pd", "pd", "replicas", "replicas", "single", "pd"],
+                         "goodput_req_per_s": [5, 7, 6, 6.5, 1, 9, 3, 3], "ttft_p50_s": [1, 1, 1, 1, 1, 1, 0.2, 0.1]})
+    w = winners(runs)
+    assert w[w.wins].set_index("load").arm.to_dict() == {0.5: "pd", 0.9: "pd"}  # medians 6, 6.25, 5; then TTFT

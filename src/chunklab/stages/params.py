@@ -227,6 +227,18 @@ class SimProductionParams:
 
 
 @Section
+class ClusterParams:
+    workload: str
+    num_requests: int
+    seed: int
+    repeats: int
+    loads: list[float]  # of this machine's measured capacity (the capacity stage's, budget 512)
+    link_repeats: int  # timed transfers per size of the shm link
+    processes: int  # simulated runs in parallel
+    overrides: list[str] = _overrides()
+
+
+@Section
 class Params:
     calibrate: CalibrateParams
     fidelity: FidelityParams
@@ -241,6 +253,7 @@ class Params:
     sim_traces: SimTracesParams
     cost_models: CostModelsParams
     sim_production: SimProductionParams
+    cluster: ClusterParams
 
 
 def load_params(path: str | Path) -> Params:
