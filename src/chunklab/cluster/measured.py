@@ -244,13 +244,13 @@ class _Coordinator:
             self.placements[rid].transfer_end_s = end_s
             self.inboxes[source].put(("release", rid))
 
-    def _step_ended(self, index, record, finished, handed, admitted, stats) -> None:
+    def _step_ended(self, index, record, finished, handed, admitted, stats, tokens) -> None:
         inst = self.cluster.instances[index]
         inst.steps.append(record)
         self.last_end_s = max(self.last_end_s, record.start_s + record.duration_s)
         self.stats[index] = stats
         load = self.loads[index]
-        load.tokens_since = 0
+        load.reported_tokens, load.tokens_since = tokens, 0
         for seq in finished:
             self.sequences[seq.seq_id] = seq
             self.ledger.finish(seq.seq_id, inst.name)

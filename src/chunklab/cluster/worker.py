@@ -10,7 +10,7 @@ Messages in (inbox), each a tuple:
 Messages out (the coordinator's outbox):
     ("ready", index, PoolHandle | None, forward path)
     ("step", index, StepRecord, finished [Sequence], handed off [(Sequence, block ids)],
-     admitted [(request_id, time)], SchedulerStats)
+     admitted [(request_id, time)], SchedulerStats, Instance.outstanding_tokens())
     ("received", index, request_id, time, source index)
     ("error", index, one line)
 """
@@ -114,4 +114,4 @@ class _Worker:
                 self.sending[seq.seq_id] = seq
                 handed.append((seq, tables[seq.seq_id]))
         self.outbox.put(("step", self.spec.index, record, finished, handed, admitted,
-                         self.inst.engine.scheduler.stats()))
+                         self.inst.engine.scheduler.stats(), self.inst.outstanding_tokens()))
