@@ -4,7 +4,10 @@ same ch10 requests at loads of the measured capacity (outputs/capacity/, the sin
 machine's profile and the shm link that this stage times first (calibration/shm_link.py; the twins
 take conf/link/shm.yaml's preset with this repro's fit, written beside the outputs as shm.yaml: the
 committed preset is a copy of one, conf/ being every stage's dependency). Per request, paired TTFT and E2E errors of simulated vs measured beside the
-measured repeat-vs-repeat floor (experiments/fidelity.py), and which arm wins at each load.
+measured repeat-vs-repeat floor (experiments/fidelity.py), and which arm wins at each load. The
+profile prices the single engine's steps (both cores); each cluster instance runs on one core and one
+thread, so the twins of the cluster arms scale the profile's step times by the speed sentinel's
+one-thread / two-thread ratio, read by this stage (one_thread_scale).
 
 Writes out_dir: shm_link.csv, shm.yaml, runs.csv (every measured and simulated run's summary), paired.csv,
 winners.csv, requests_measured.csv, conditions.json, metrics.json; and the table at table_path.
@@ -17,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from chunklab.calibration.sentinel import SpeedSentinel
 from chunklab.calibration.shm_link import fit_link, link_preset, time_transfers
 from chunklab.experiments.compose import compose_run_config
 from chunklab.experiments.fidelity import paired_errors, paired_table, repeat_floor
@@ -38,6 +42,22 @@ WIN_METRIC = "goodput_req_per_s"  # the arm with the highest median over the rep
 def link_conditions(model) -> str:
     return (f"{cpu_model()}, {len(os.sched_getaffinity(0))} cores, sender and receiver each pinned to one, "
             f"1 torch thread; {model.name} KV, {kv_bytes_per_token(model)} bytes a token, 16-token blocks")
+
+
+def one_thread_scale(base: list[str]) -> tuple[float, float, float]:
+    """How much slower a step runs on one core and one thread than the profile's way (torch's default
+    threads, both cores): the speed sentinel (calibration/sentinel.py) read both ways, one right after
+    the other, this process pinned to one core for the second. Returns (scale, one, two): the twins of
+    the cluster arms take scale = one / two as hardware.step_time_scale, since the profile prices the
+    single engine's steps and each instance of a cluster runs on one thread."""
+    two = SpeedSentinel.for_run(compose_run_config(base)).read().ratio
+    cores = set(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {min(cores)})
+    try:
+        one = SpeedSentinel.for_run(compose_run_config([*base, "engine.threads=1"])).read().ratio
+    finally:
+        os.sched_setaffinity(0, cores)
+    return one / two, one, two
 
 
 def winners(runs: pd.DataFrame) -> pd.DataFrame:
@@ -62,6 +82,7 @@ def run(p: ClusterParams, profile: Path, capacity_csv: Path, out_dir: Path, tabl
     order = [(r, *pt) for r in range(p.repeats) for pt in pts]  # repeats outermost: drift hits every arm
     base = ["tracking.progress=false", "tracking.experiment_name=dvc_cluster", "slowdown=false",
             f"engine.profile={profile}", *p.overrides]
+    scale, one, two = one_thread_scale(base)
     res = run_grid("cluster", base, [pt for *_, pt in order], runs_dir())
     labels = [label for _, label, *_ in order]
     res.runs = res.runs.assign(point=labels, repeat=[r for r, *_ in order], arm=[a for _, _, a, _, _ in order],
@@ -71,7 +92,9 @@ def run(p: ClusterParams, profile: Path, capacity_csv: Path, out_dir: Path, tabl
 
     sim_base = ["tracking=none", "slowdown=false", f"engine.profile={profile}", *p.overrides,
                 f"link.bandwidth_gb_per_s={fit.bandwidth_gb_per_s:.6g}", f"link.latency_s={fit.latency_s:.6g}"]
-    cfgs = [compose_run_config(sim_base + [f"{k}={v}" for k, v in pt.items()]) for *_, pt in pts]
+    cfgs = [compose_run_config(sim_base + [f"{k}={v}" for k, v in pt.items()]
+                               + ([f"hardware.step_time_scale={scale:.4g}"] if arm != "single" else []))
+            for _, arm, _, pt in pts]
     sims = simulate_many(cfgs, p.processes, fn=simulate_requests)
     sim_req = pd.concat([pd.DataFrame(reqs).assign(point=label) for (label, *_), (_, reqs) in zip(pts, sims)])
     sim_runs = pd.DataFrame([{"point": label, "arm": arm, "load": load, "repeat": 0} | summary
@@ -89,9 +112,12 @@ def run(p: ClusterParams, profile: Path, capacity_csv: Path, out_dir: Path, tabl
     wins.to_csv(out_dir / "winners.csv", index=False, float_format="%.4g")
     res.requests.to_csv(out_dir / "requests_measured.csv", index=False, float_format="%.6g")
     lines = {"measured": res.conditions[0], "simulated": sim_conditions_line(cfgs[-1]),
-             "shm link": link_conditions(model), "capacity_req_per_s": f"{capacity:.4g}"}
+             "shm link": link_conditions(model), "capacity_req_per_s": f"{capacity:.4g}",
+             "instances' step time scale": f"{scale:.3f} (sentinel on one pinned core and thread {one:.3f}, "
+                                           f"on both cores {two:.3f}; the twins of replicas and pd)"}
     (out_dir / "conditions.json").write_text(json.dumps(lines, indent=2) + "\n")
-    metrics = {"shm_bandwidth_gb_per_s": fit.bandwidth_gb_per_s, "shm_latency_s": fit.latency_s, "shm_r2": fit.r2}
+    metrics = {"shm_bandwidth_gb_per_s": fit.bandwidth_gb_per_s, "shm_latency_s": fit.latency_s, "shm_r2": fit.r2,
+               "one_thread_step_time_scale": scale}
     for row in table.itertuples():
         metrics[f"{row.point} {row.metric} paired median error"] = row.median_rel_error
         metrics[f"{row.point} {row.metric} floor median error"] = row.median_rel_error_floor
