@@ -147,6 +147,7 @@ def test_an_instance_killed_mid_run_ends_it_failed_in_bounded_time_with_every_re
     assert list(rows.request_id) == list(range(40))
     assert set(rows.status) <= {"finished", "unfinished"}
     assert (rows.status == "unfinished").sum() >= held and rows[rows.status == "unfinished"].reason.notna().all()
+    assert rows.reason.str.startswith("instance decode0 died; run stopped while ").sum() == held
     assert (rows.status == "finished").sum() >= 1
     done = rows[rows.status == "finished"]
     assert ((done[list(PHASES)].sum(axis=1) - done.e2e_s).abs() < 1e-6).all()

@@ -9,6 +9,7 @@ many times, for searches and maps. Neither writes the chain again.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from chunklab.calibration.machine import resolve_profile, warn_if_another_machine
@@ -114,6 +115,8 @@ def _execute_measured_cluster(cfg: RunConfig, requests: list[Request], trace_sta
     run = measured.run(requests, on_done=on_done, should_stop=should_stop, on_started=on_started)
     result, cluster = run.result, measured.cluster
     records = [record(s) for s in result.sequences]
+    records = [dataclasses.replace(r, reason=f"instance {measured.lost[r.request_id]} died; {r.reason}")
+               if r.request_id in measured.lost else r for r in records]
     stats = [measured.stats_of(inst.index) for inst in cluster.instances]
     summary = summarize(records, result.steps, result.makespan_s, cfg.slo, sum(s.num_chunked_prefills for s in stats))
     summary |= cluster_summary(cluster, result, run.placements)

@@ -85,6 +85,7 @@ def available_cores() -> list[int]:
 class MeasuredCluster:
     def __init__(self, cfg: RunConfig):
         self.cfg, self.specs, self._stats = cfg, [], {}
+        self.lost: dict[int, str] = {}  # after run: request_id -> the dead instance that held it
         self._executor = _ForwardPath()
         self.cluster: Cluster = build_cluster(cfg, self._stand_in)
         cores = available_cores()
@@ -107,7 +108,7 @@ class MeasuredCluster:
         try:
             return coordinator.run(requests, on_started)
         finally:
-            self._stats = coordinator.stats
+            self._stats, self.lost = coordinator.stats, coordinator.lost
 
     def stats_of(self, index: int) -> SchedulerStats:
         """The instance's scheduler counters as its last step reported them (zeros before any)."""
@@ -130,6 +131,7 @@ class _Coordinator:
         self.placements: dict[int, Placement] = {}
         self.error: Exception | None = None
         self.last_end_s = 0.0
+        self.lost: dict[int, str] = {}
 
     def run(self, requests: list[Request], on_started) -> ClusterRun:
         self.ledger = Ledger(r.request_id for r in requests)
@@ -284,6 +286,7 @@ class _Coordinator:
 
     def _died(self, name: str, how: str) -> None:
         held = self.ledger.lose(name) if hasattr(self, "ledger") else []
+        self.lost |= dict.fromkeys(held, name)
         open_ = self.ledger.num_open
         self.error = InstanceDied(f"instance {name} {how}, holding {len(held)} requests; the run stopped with "
                                   f"{open_ + len(held)} requests unfinished (recorded as such)")
