@@ -116,7 +116,6 @@ class KillOnFirstFinish:
             self.killed_at = time.monotonic()
 
 
-@pytest.mark.slow  # ~12 s: two instances start, then one is killed
 @TWO_CORES
 def test_an_instance_killed_mid_run_ends_it_failed_in_bounded_time_with_every_request_accounted(tmp_path,
                                                                                                  monkeypatch):
@@ -196,3 +195,20 @@ def test_the_report_names_each_loads_winner_from_the_data_and_says_when_the_stag
     assert lines[0].endswith("the simulated twins pick one engine on both cores instead.")
     assert lines[1] == ("- Paired TTFT error of the simulated twins: median 20%-20% over the points, against a "
                         "repeat-vs-repeat floor of 5%-5%; 1 of 1 points above their floor.")
+
+
+def test_more_instances_than_cores_is_one_line_naming_the_value():
+    with pytest.raises(ChunklabError) as err:
+        compose_run_config([*MICRO, "topology=disaggregated", "topology.prefill=4096"])
+    assert str(err.value).startswith("topology.prefill=4096: a measured cluster runs each instance on its own core: "
+                                     "4097 instances") and "\n" not in str(err.value)
+
+
+@TWO_CORES
+def test_an_instance_that_fails_to_start_ends_the_run_with_its_error_and_every_request_unfinished():
+    cfg = compose_run_config([*MICRO, "topology=replicas", "engine.device=cuda"])
+    run = execute(cfg)
+    assert isinstance(run.result.error, InstanceDied)
+    line = str(run.result.error)
+    assert line.startswith("instance replica") and " failed: ConfigError: engine.device='cuda'" in line
+    assert [r.status for r in run.records] == ["unfinished"] * 10

@@ -181,12 +181,18 @@ class _Coordinator:
         for box in self.inboxes:
             box.put(("stop",))
         deadline = time.monotonic() + STOP_GRACE_S
+        while any(p.is_alive() for p in self.procs) and time.monotonic() < deadline:
+            try:  # a worker exits only once its messages are read: they are dropped now
+                self.outbox.get(timeout=POLL_S)
+            except queue.Empty:
+                pass
         for p in self.procs:
+            if p.is_alive():
+                p.kill()
             if p.pid is not None:
-                p.join(max(0.0, deadline - time.monotonic()))
-                if p.is_alive():
-                    p.kill()
-                    p.join(1.0)
+                p.join(1.0)
+        for box in self.inboxes:  # what a dead instance never read must not hold this process's exit
+            box.cancel_join_thread()
         for name in self.segments:  # the prefill pools: this process unlinks them, whoever died
             try:
                 seg = shared_memory.SharedMemory(name=name)
