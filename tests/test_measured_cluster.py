@@ -212,3 +212,8 @@ def test_an_instance_that_fails_to_start_ends_the_run_with_its_error_and_every_r
     line = str(run.result.error)
     assert line.startswith("instance replica") and " failed: ConfigError: engine.device='cuda'" in line
     assert [r.status for r in run.records] == ["unfinished"] * 10
+
+
+def test_slowdown_of_a_measured_cluster_is_refused_in_one_line():
+    with pytest.raises(ChunklabError, match=r"^slowdown=True: is not measured for a measured cluster"):
+        compose_run_config([*MICRO, "topology=replicas", "slowdown=true"])

@@ -311,6 +311,8 @@ def _validate_topology(cfg: RunConfig) -> None:
         _check(num_instances(t) <= cores, key, n,
                f"a measured cluster runs each instance on its own core: {num_instances(t)} instances, "
                f"this machine gives the run {cores} cores (simulate it: engine=simulated)")
+        _check(not cfg.slowdown, "slowdown", cfg.slowdown,
+               "is not measured for a measured cluster (simulate it: engine=simulated)")
     _check(link.bandwidth_gb_per_s > 0, "link.bandwidth_gb_per_s", link.bandwidth_gb_per_s,
            f"must be > 0 (link={link.name})")
     _check(link.latency_s >= 0, "link.latency_s", link.latency_s, f"must be >= 0 (link={link.name})")
