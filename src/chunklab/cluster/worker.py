@@ -20,6 +20,7 @@ import dataclasses
 import multiprocessing
 import os
 import queue
+import signal
 
 from chunklab.cluster.instance import Instance
 from chunklab.cluster.transport_shm import attach, read_blocks, share_pool, write_blocks
@@ -33,6 +34,7 @@ PARENT_POLL_S = 1.0  # an idle worker checks this often that its coordinator sti
 
 def worker_main(spec: WorkerSpec, inbox, outbox) -> None:
     """The process's target. Any error is sent as one line, then the process exits non-zero."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the coordinator stops the run
     try:
         _Worker(spec, inbox, outbox).serve()
     except BaseException as err:  # noqa: BLE001 - reported to the coordinator, which ends the run
@@ -71,6 +73,8 @@ class _Worker:
                     return
                 self._handle(msg)
             if self.inst.has_work:
+                if not multiprocessing.parent_process().is_alive():
+                    return
                 self._step()
 
     def _messages(self) -> list[tuple]:

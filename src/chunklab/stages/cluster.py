@@ -15,6 +15,7 @@ winners.csv, requests_measured.csv, conditions.json, metrics.json; and the table
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 from pathlib import Path
 
@@ -44,19 +45,22 @@ def link_conditions(model) -> str:
             f"1 torch thread; {model.name} KV, {kv_bytes_per_token(model)} bytes a token, 16-token blocks")
 
 
+def _one_thread_ratio(base: list[str]) -> float:
+    """The sentinel's ratio on one core and one thread, as an instance runs (in a process of its own:
+    pinning this one would pin the threads torch starts next, and slow every run after)."""
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    return SpeedSentinel.for_run(compose_run_config([*base, "engine.threads=1"])).read().ratio
+
+
 def one_thread_scale(base: list[str]) -> tuple[float, float, float]:
     """How much slower a step runs on one core and one thread than the profile's way (torch's default
     threads, both cores): the speed sentinel (calibration/sentinel.py) read both ways, one right after
-    the other, this process pinned to one core for the second. Returns (scale, one, two): the twins of
-    the cluster arms take scale = one / two as hardware.step_time_scale, since the profile prices the
-    single engine's steps and each instance of a cluster runs on one thread."""
+    the other. Returns (scale, one, two): the twins of the cluster arms take scale = one / two as
+    hardware.step_time_scale, since the profile prices the single engine's steps and each instance of
+    a cluster runs on one thread."""
     two = SpeedSentinel.for_run(compose_run_config(base)).read().ratio
-    cores = set(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {min(cores)})
-    try:
-        one = SpeedSentinel.for_run(compose_run_config([*base, "engine.threads=1"])).read().ratio
-    finally:
-        os.sched_setaffinity(0, cores)
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        one = pool.apply(_one_thread_ratio, (base,))
     return one / two, one, two
 
 
