@@ -4,11 +4,15 @@ tokens and states, never on how fast anything ran."""
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import mlflow
 import pandas as pd
+import psutil
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,7 +21,8 @@ from chunklab import app
 from chunklab.app import run_tracked
 from chunklab.calibration.shm_link import LinkFit, fit_link, link_preset
 from chunklab.cluster.ledger import FINISHED, LOST, PENDING, REJECTED, Ledger, LedgerError
-from chunklab.cluster.measured import InstanceDied, available_cores
+from chunklab.cluster.measured import available_cores
+from chunklab.cluster.remote import InstanceDied
 from chunklab.cluster.phases import PHASES
 from chunklab.config import ChunklabError
 from chunklab.engine.build import build_engine
@@ -28,6 +33,7 @@ from chunklab.runner import execute
 from chunklab.stages.cluster import winners
 from chunklab.workload import make_requests
 
+ROOT = Path(__file__).resolve().parents[1]
 MICRO = ["model=micro", "tracking=none", "tracking.progress=false", "workload.num_requests=10"]
 TWO_CORES = pytest.mark.skipif(len(available_cores()) < 2, reason="a measured 2-instance cluster needs 2 cores")
 
@@ -217,3 +223,30 @@ def test_an_instance_that_fails_to_start_ends_the_run_with_its_error_and_every_r
 def test_slowdown_of_a_measured_cluster_is_refused_in_one_line():
     with pytest.raises(ChunklabError, match=r"^slowdown=True: is not measured for a measured cluster"):
         compose_run_config([*MICRO, "topology=replicas", "slowdown=true"])
+
+
+@pytest.mark.slow  # ~18 s: run.py and its instances start in fresh interpreters
+@TWO_CORES
+def test_ctrl_c_to_the_process_group_ends_a_measured_cluster_killed_with_every_request_accounted(tmp_path):
+    """SIGINT to every process of the run, as a terminal's Ctrl-C sends it: the instances ignore it, the
+    coordinator stops the run, writes what it measured and ends the MLflow run KILLED."""
+    env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db")
+    proc = subprocess.Popen([sys.executable, "run.py", "model=micro", "tracking.progress=false",
+                             "tracking.system_metrics_interval_s=0", "topology=replicas", "workload.num_requests=400",
+                             "workload.arrival=all_at_once", "workload.min_output_tokens=300",
+                             "workload.max_output_tokens=400", f"hydra.run.dir={tmp_path}/run"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.time() + 300  # a bound on a broken run, not a timing the test depends on
+    while len([c for c in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(c.cmdline())]) < 2:
+        assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-2000:]
+        time.sleep(0.2)
+    time.sleep(1.0)  # into the run (any moment works: the asserts hold before, during and after the steps)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("chunklab: interrupted by SIGINT")
+    rows = pd.read_csv(tmp_path / "run" / "requests.csv")
+    assert list(rows.request_id) == list(range(400)) and set(rows.status) <= {"finished", "unfinished"}
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    assert list(mlflow.search_runs(experiment_names=["chunklab"]).status) == ["KILLED"]

@@ -19,16 +19,18 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import signal
+import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from multiprocessing import shared_memory
 
 from chunklab.cluster.ledger import Ledger
 from chunklab.cluster.phases import Placement
+from chunklab.cluster.remote import InstanceDied, RemoteLoad, WorkerSpec
 from chunklab.cluster.simulated import ClusterRun
 from chunklab.cluster.topology import Cluster, build_cluster
-from chunklab.config import ChunklabError, EngineConfig, ModelConfig, RunConfig, SchedulerConfig
+from chunklab.config import RunConfig
 from chunklab.engine.clock import MonotonicClock
 from chunklab.engine.engine import LLMEngine
 from chunklab.engine.replay import ReplayResult
@@ -40,37 +42,6 @@ READY_TIMEOUT_S = 300.0  # a worker builds its model (and, the first time, probe
 POLL_S = 0.02  # the coordinator's longest wait between looks at arrivals and instance liveness
 STOP_GRACE_S = 10.0  # workers told to stop have this long before they are terminated
 START_DELAY_S = 0.05  # the clock's origin is this far after "start" is sent, so every worker has it
-
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    """What an instance's process is built from (cluster/worker.py)."""
-    index: int
-    role: str
-    name: str
-    core: int  # the CPU it is pinned to
-    model: ModelConfig
-    engine: EngineConfig
-    scheduler: SchedulerConfig
-
-
-class InstanceDied(ChunklabError):
-    """An instance's process ended before the run did (the run's error: partial results are kept)."""
-
-
-class RemoteLoad:
-    """An instance's load as the routers read it (routers/base.py: Load), from the coordinator's books."""
-
-    def __init__(self, name: str, ledger: Ledger):
-        self.name, self._ledger = name, ledger
-        self.reported_tokens = 0  # its last step's Instance.outstanding_tokens()
-        self.tokens_since = 0  # prompt tokens sent to it since that report
-
-    def outstanding_requests(self) -> int:
-        return len(self._ledger.held_by(self.name))
-
-    def outstanding_tokens(self) -> int:
-        return self.reported_tokens + self.tokens_since
 
 
 class _ForwardPath:
@@ -140,10 +111,10 @@ class _Coordinator:
             self.sequences[r.request_id], self.placements[r.request_id] = Sequence(r), Placement()
         stopped = False
         try:
-            for p in self.procs:
-                p.start()
+            self._start()
             handles = self._wait_ready()
-            if self.error is None:
+            stopped = self.should_stop()
+            if self.error is None and not stopped:
                 if on_started:
                     on_started({s.name: p.pid for s, p in zip(self.mc.specs, self.procs)})
                 stopped = self._serve(requests, handles)
@@ -155,10 +126,22 @@ class _Coordinator:
         return ClusterRun(result, self.placements)
 
     # -- start and stop -------------------------------------------------------------------------
+    def _start(self) -> None:
+        """Starts the instances with SIGINT ignored, which they keep through exec: a terminal's Ctrl-C
+        reaches every process of the group, and only this one decides how the run stops."""
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            for p in self.procs:
+                p.start()
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, previous)
+
     def _wait_ready(self) -> dict:
         handles, deadline = {}, time.monotonic() + READY_TIMEOUT_S
         ready = set()
-        while len(ready) < len(self.procs) and self.error is None:
+        while len(ready) < len(self.procs) and self.error is None and not self.should_stop():
             try:
                 msg = self.outbox.get(timeout=POLL_S * 10)
             except queue.Empty:
@@ -282,6 +265,8 @@ class _Coordinator:
 
     # -- failures -------------------------------------------------------------------------------
     def _check_alive(self) -> None:
+        if self.should_stop():  # stopping: a signal to the whole group may end the instances first
+            return
         for spec, p in zip(self.mc.specs, self.procs):
             if self.error is None and p.exitcode is not None:
                 self._died(spec.name, f"(pid {p.pid}) died with exit code {p.exitcode}")

@@ -24,7 +24,7 @@ import signal
 
 from chunklab.cluster.instance import Instance
 from chunklab.cluster.transport_shm import attach, read_blocks, share_pool, write_blocks
-from chunklab.cluster.measured import WorkerSpec
+from chunklab.cluster.remote import WorkerSpec
 from chunklab.engine.build import make_executor
 from chunklab.engine.clock import MonotonicClock
 from chunklab.engine.engine import LLMEngine
@@ -34,7 +34,7 @@ PARENT_POLL_S = 1.0  # an idle worker checks this often that its coordinator sti
 
 def worker_main(spec: WorkerSpec, inbox, outbox) -> None:
     """The process's target. Any error is sent as one line, then the process exits non-zero."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the coordinator stops the run
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as it started (measured.py): the coordinator stops the run
     try:
         _Worker(spec, inbox, outbox).serve()
     except BaseException as err:  # noqa: BLE001 - reported to the coordinator, which ends the run
