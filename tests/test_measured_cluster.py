@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from chunklab import app
 from chunklab.app import run_tracked
-from chunklab.calibration.shm_link import LinkFit, fit_link, link_preset
+from chunklab.experiments.shm_link import LinkFit, fit_link, link_preset
 from chunklab.cluster.ledger import FINISHED, LOST, PENDING, REJECTED, Ledger, LedgerError
 from chunklab.cluster.measured import available_cores
 from chunklab.cluster.remote import InstanceDied

@@ -1,7 +1,7 @@
 """Stage cluster (measured, then simulated): this machine's two cores as three arms (ARMS), on the
 same ch10 requests at loads of the measured capacity (outputs/capacity/, the single engine's at budget
 512), each repeated (same seed: the machine's noise); then each arm's simulated twin with this
-machine's profile and the shm link that this stage times first (calibration/shm_link.py; the twins
+machine's profile and the shm link that this stage times first (experiments/shm_link.py; the twins
 take conf/link/shm.yaml's preset with this repro's fit, written beside the outputs as shm.yaml: the
 committed preset is a copy of one, conf/ being every stage's dependency). Per request, paired TTFT and E2E errors of simulated vs measured beside the
 measured repeat-vs-repeat floor (experiments/fidelity.py), and which arm wins at each load. The
@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from chunklab.calibration.sentinel import SpeedSentinel
-from chunklab.calibration.shm_link import fit_link, link_preset, time_transfers
+from chunklab.experiments.shm_link import fit_link, link_preset, time_transfers
 from chunklab.experiments.compose import compose_run_config
 from chunklab.experiments.fidelity import paired_errors, paired_table, repeat_floor
 from chunklab.experiments.simulate import simulate_many, simulate_requests

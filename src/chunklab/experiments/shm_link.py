@@ -99,7 +99,7 @@ def fit_link(rows: list[dict]) -> LinkFit:
 def link_preset(fit: LinkFit, conditions: str) -> str:
     """conf/link/shm.yaml's text: the fit, and the conditions it was measured under."""
     return (f"# Shared memory between two processes on this machine's cores: the measured cluster's KV link\n"
-            f"# (cluster/transport_shm.py). Written from timed transfers by calibration/shm_link.py (link_preset),\n"
+            f"# (cluster/transport_shm.py). Written from timed transfers by experiments/shm_link.py (link_preset),\n"
             f"# not by hand; `dvc repro`'s cluster stage writes its own beside outputs/cluster/shm_link.csv.\n"
             f"# Conditions: {conditions}\n"
             f"name: shm\n"
