@@ -229,16 +229,17 @@ class _Coordinator:
         if kind == "error":
             self._worker_error(msg)
         elif kind == "step":
-            self._step_ended(index, *msg[2:])
+            self._steps_ended(index, *msg[2:])
         elif kind == "received":
             _, _, rid, end_s, source = msg
             self.placements[rid].transfer_end_s = end_s
             self.inboxes[source].put(("release", rid))
 
-    def _step_ended(self, index, record, finished, handed, admitted, stats, tokens) -> None:
+    def _steps_ended(self, index, records, finished, handed, admitted, stats, tokens) -> None:
         inst = self.cluster.instances[index]
-        inst.steps.append(record)
-        self.last_end_s = max(self.last_end_s, record.start_s + record.duration_s)
+        for record in records:
+            inst.steps.append(record)
+            self.last_end_s = max(self.last_end_s, record.start_s + record.duration_s)
         self.stats[index] = stats
         load = self.loads[index]
         load.reported_tokens, load.tokens_since = tokens, 0
