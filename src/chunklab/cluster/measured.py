@@ -10,9 +10,9 @@ coordinator sends with "start") and the transport (cluster/transport_shm.py).
 The routers read each instance's load from the coordinator's books (RemoteLoad): requests it holds
 (cluster/ledger.py), and tokens: what its last step reported plus the prompts sent since.
 
-An instance process that dies ends the run within DEATH_GRACE_S: its requests are recorded
-unfinished, the others are stopped, and InstanceDied says which instance and how many requests it
-held. Plain Python: torch lives in the workers.
+An instance process that dies ends the run within a poll (POLL_S) plus at most STOP_GRACE_S for the
+others to stop: its requests are recorded unfinished (lost with it), the others' too, and
+InstanceDied says which instance died and how many requests it held. Plain Python: torch lives in the workers.
 """
 from __future__ import annotations
 
