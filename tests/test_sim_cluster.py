@@ -239,7 +239,8 @@ def test_bad_cluster_values_name_key_and_value(overrides, message):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["topology=replicas"], "chunklab: error: topology='replicas': the measured cluster is not built yet (issue 53)"),
+    (["topology=replicas", "topology.replicas=4096"],
+     "chunklab: error: topology.replicas=4096: a measured cluster runs each instance on its own core"),
     (["engine=simulated", f"engine.profile={PROFILE}", "router=fastest"], "chunklab: error: "),
 ])
 def test_cli_refuses_in_one_line(tmp_path, overrides, message):

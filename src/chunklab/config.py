@@ -5,6 +5,7 @@ ConfigError whose message names the key and the value.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from dataclasses import dataclass, field
 
@@ -288,11 +289,13 @@ def _validate_hardware(cfg: RunConfig) -> None:
 TOPOLOGIES = ("single", "replicas", "disaggregated")
 
 
+def num_instances(t: TopologyConfig) -> int:
+    return {"single": 1, "replicas": t.replicas}.get(t.name, t.prefill + t.decode)
+
+
 def _validate_topology(cfg: RunConfig) -> None:
     t, link = cfg.topology, cfg.link
     _one_of("topology.name", t.name, TOPOLOGIES)
-    _check(t.name == "single" or cfg.engine.executor == "simulated", "topology", t.name,
-           "the measured cluster is not built yet (issue 53): add engine=simulated")
     _check(t.replicas >= 1, "topology.replicas", t.replicas, "must be >= 1")
     _check(t.name != "single" or t.replicas == 1, "topology.replicas", t.replicas,
            "topology=single is one engine: use topology=replicas")
@@ -302,6 +305,14 @@ def _validate_topology(cfg: RunConfig) -> None:
            t.prefill_budget, f"must be >= scheduler.max_num_seqs ({cfg.scheduler.max_num_seqs}), or null")
     _check(t.decode_num_blocks is None or t.decode_num_blocks >= 1, "topology.decode_num_blocks",
            t.decode_num_blocks, "must be >= 1, or null (engine.num_blocks)")
+    if t.name != "single" and cfg.engine.executor != "simulated":  # measured: one core per instance
+        key, n = ("topology.replicas", t.replicas) if t.name == "replicas" else ("topology.prefill", t.prefill)
+        cores = len(os.sched_getaffinity(0))
+        _check(num_instances(t) <= cores, key, n,
+               f"a measured cluster runs each instance on its own core: {num_instances(t)} instances, "
+               f"this machine gives the run {cores} cores (simulate it: engine=simulated)")
+        _check(not cfg.slowdown, "slowdown", cfg.slowdown,
+               "is not measured for a measured cluster (simulate it: engine=simulated)")
     _check(link.bandwidth_gb_per_s > 0, "link.bandwidth_gb_per_s", link.bandwidth_gb_per_s,
            f"must be > 0 (link={link.name})")
     _check(link.latency_s >= 0, "link.latency_s", link.latency_s, f"must be >= 0 (link={link.name})")

@@ -9,9 +9,11 @@ many times, for searches and maps. Neither writes the chain again.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from chunklab.calibration.machine import resolve_profile, warn_if_another_machine
+from chunklab.cluster.measured import MeasuredCluster
 from chunklab.cluster.phases import Placement
 from chunklab.cluster.simulated import simulate_cluster
 from chunklab.cluster.summary import cluster_summary
@@ -73,6 +75,8 @@ def execute(cfg: RunConfig, warmup: bool = True, slowdown: bool = False, on_requ
         on_requests(len(requests))
     if not executor_kind(cfg.engine).measured:
         return _execute_simulated(cfg, requests, trace_stats, warmup, slowdown, on_done, should_stop)
+    if cfg.topology.name != "single":
+        return _execute_measured_cluster(cfg, requests, trace_stats, on_done, should_stop)
     engine, why_unguarded = engine_for(cfg)
     if warmup:
         engine.warmup()
@@ -100,4 +104,24 @@ def _execute_simulated(cfg: RunConfig, requests: list[Request], trace_stats, war
     if cfg.topology.name != "single":
         summary |= cluster_summary(cluster, result, run.placements)
     return Executed(requests, cluster.instances[0].engine, result, records, summary, trace_stats, "", cluster,
+                    run.placements)
+
+
+def _execute_measured_cluster(cfg: RunConfig, requests: list[Request], trace_stats, on_done, should_stop,
+                              on_started=None) -> Executed:
+    """One process per instance, each on its own core (cluster/measured.py); every instance warms up
+    in its process. No per-instance profile guards the steps (each runs on one thread)."""
+    measured = MeasuredCluster(cfg)
+    run = measured.run(requests, on_done=on_done, should_stop=should_stop, on_started=on_started)
+    result, cluster = run.result, measured.cluster
+    records = [record(s) for s in result.sequences]
+    records = [dataclasses.replace(r, reason=f"instance {measured.lost[r.request_id]} died; {r.reason}")
+               if r.request_id in measured.lost else r for r in records]
+    stats = [measured.stats_of(inst.index) for inst in cluster.instances]
+    summary = summarize(records, result.steps, result.makespan_s, cfg.slo, sum(s.num_chunked_prefills for s in stats))
+    summary |= cluster_summary(cluster, result, run.placements)
+    for inst, st in zip(cluster.instances, stats):  # the stand-ins schedule nothing: the workers' counts
+        summary[f"instance_{inst.name}_preemptions"] = st.num_preemptions
+    why = "measured cluster: each instance runs on one thread, which no profile of this machine predicts"
+    return Executed(requests, cluster.instances[0].engine, result, records, summary, trace_stats, why, cluster,
                     run.placements)

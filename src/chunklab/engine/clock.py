@@ -5,6 +5,9 @@ the simulated clock measures nothing and moves only when told.
 - ReplayClock: real elapsed time since start() minus idle gaps, which it jumps
   over instead of sleeping. Every step still costs its measured duration, so
   latencies are what a wall run would see, without waiting for nothing.
+- MonotonicClock: CLOCK_MONOTONIC (time.monotonic) less an origin the caller gives: one clock
+  for every process of the machine, so a measured cluster's instances time their steps on one
+  axis (cluster/measured.py). Waiting sleeps.
 - SimClock: virtual time. A step advances it by the cost model's prediction;
   idle gaps jump. Exact and deterministic: no perf_counter, no sleeping.
 
@@ -49,6 +52,22 @@ class ReplayClock(WallClock):
 
     def wait_until(self, t_s: float) -> None:
         self._skipped_s += max(0.0, t_s - self.now())
+
+
+class MonotonicClock(WallClock):
+    def __init__(self, origin_s: float | None = None):
+        """origin_s: a time.monotonic() value (any process's: the clock is system-wide); default now."""
+        super().__init__()
+        self._origin_s = time.monotonic() if origin_s is None else origin_s
+
+    def start(self) -> None:
+        pass  # the origin is shared with the other processes: it moves only by start_at
+
+    def start_at(self, origin_s: float) -> None:
+        self._origin_s = origin_s
+
+    def now(self) -> float:
+        return time.monotonic() - self._origin_s
 
 
 class SimClock:

@@ -10,6 +10,7 @@ from chunklab.report import chapter
 from chunklab.report.claims import HOLDS, NA, SCORE, budget_verdicts, split_verdicts, verdict_table
 from chunklab.report.disagg_text import disagg_metrics, disagg_section
 from chunklab.report.peer import peer_findings
+from chunklab.report.cluster import cluster_findings
 from chunklab.report.production import production_findings, production_metrics
 
 
@@ -295,6 +296,8 @@ def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) ->
         *differences(runs, measured_capacity(outputs)),
         "## Fidelity: simulated against measured", *m("fidelity"), *fidelity_findings(outputs),
         "![fidelity](plots/fidelity.png)",
+        "## Two cores, three ways: one engine, two replicas, prefill/decode (measured, and simulated twins)",
+        *(m("cluster") if (outputs / "tables" / "cluster.md").is_file() else []), *cluster_findings(outputs),
         "## Capacity (measured, and simulated with this machine's profile)", *m("capacity"),
         sim("capacity"),
         "![goodput vs rate](plots/simulated/goodput_vs_rate.png)",

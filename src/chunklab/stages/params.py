@@ -8,18 +8,12 @@ Defaults exist only where a stage has always treated the key as optional.
 """
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
 
 import yaml
 
-
-class ParamsError(ValueError):
-    """A params.yaml that does not match its dataclasses; the message is one line."""
+from chunklab.stages.typed_yaml import ParamsError, typed
 
 
 Section = dataclass(frozen=True, kw_only=True)
@@ -251,6 +245,18 @@ class SimDisaggParams:
 
 
 @Section
+class ClusterParams:
+    workload: str
+    num_requests: int
+    seed: int
+    repeats: int
+    loads: list[float]  # of this machine's measured capacity (the capacity stage's, budget 512)
+    link_repeats: int  # timed transfers per size of the shm link
+    processes: int  # simulated runs in parallel
+    overrides: list[str] = _overrides()
+
+
+@Section
 class Params:
     calibrate: CalibrateParams
     fidelity: FidelityParams
@@ -266,6 +272,7 @@ class Params:
     cost_models: CostModelsParams
     sim_production: SimProductionParams
     sim_disagg: SimDisaggParams
+    cluster: ClusterParams
 
 
 def load_params(path: str | Path) -> Params:
@@ -279,53 +286,3 @@ def load_params(path: str | Path) -> Params:
         return typed(Params, doc, "")
     except ParamsError as exc:
         raise ParamsError(f"{path}: {exc}") from None
-
-
-def typed(tp, value, where: str):
-    """value checked against the type tp (dataclass, list, tuple, dict, union, scalar) and built."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if dataclasses.is_dataclass(tp):
-        return _section(tp, value, where)
-    if origin in (Union, types.UnionType):
-        for option in args:
-            try:
-                return typed(option, value, where)
-            except ParamsError:
-                pass
-    elif origin is list and isinstance(value, list):
-        return [typed(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
-    elif origin is tuple and isinstance(value, list) and len(value) == len(args):
-        return tuple(typed(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
-    elif origin is dict and isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return {k: typed(args[1], v, f"{where}.{k}") for k, v in value.items()}
-    elif tp is type(None) and value is None:
-        return None
-    elif tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    elif tp in (int, str, bool) and type(value) is tp:
-        return value
-    raise ParamsError(f"{where}: expected {_name(tp)}, got {value!r}")
-
-
-def _section(cls, value, where: str):
-    if not isinstance(value, dict):
-        raise ParamsError(f"{where or 'the file'}: expected a mapping of {cls.__name__}, got {value!r}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    prefix = f"{where}." if where else ""
-    unknown = [k for k in value if k not in fields]
-    if unknown:
-        raise ParamsError(f"{prefix}{unknown[0]}: unknown key (known: {', '.join(fields)})")
-    missing = [name for name, f in fields.items() if name not in value
-               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-    if missing:
-        raise ParamsError(f"{prefix}{missing[0]}: missing")
-    return cls(**{k: typed(hints[k], v, f"{prefix}{k}") for k, v in value.items()})
-
-
-def _name(tp) -> str:
-    if dataclasses.is_dataclass(tp):
-        return f"a mapping of {tp.__name__}"
-    if tp is type(None):
-        return "null"
-    return str(tp) if typing.get_args(tp) else tp.__name__

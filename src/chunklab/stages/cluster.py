@@ -1,0 +1,152 @@
+"""Stage cluster (measured, then simulated): this machine's two cores as three arms (ARMS), on the
+same ch10 requests at loads of the measured capacity (outputs/capacity/, the single engine's at budget
+512), each repeated (same seed: the machine's noise); then each arm's simulated twin with this
+machine's profile and the shm link that this stage times first (experiments/shm_link.py; the twins
+take conf/link/shm.yaml's preset with this repro's fit, written beside the outputs as shm.yaml: the
+committed preset is a copy of one, conf/ being every stage's dependency). Per request, paired TTFT and E2E errors of simulated vs measured beside the
+measured repeat-vs-repeat floor (experiments/fidelity.py), and which arm wins at each load. The
+profile prices the single engine's steps (both cores); each cluster instance runs on one core and one
+thread, so the twins of the cluster arms scale the profile's step times by the speed sentinel's
+one-thread / two-thread ratio, read by this stage (one_thread_scale).
+
+Writes out_dir: shm_link.csv, shm.yaml, runs.csv (every measured and simulated run's summary), paired.csv,
+winners.csv, requests_measured.csv, conditions.json, metrics.json; and the table at table_path.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from chunklab.calibration.sentinel import SpeedSentinel
+from chunklab.experiments.shm_link import fit_link, link_preset, time_transfers
+from chunklab.experiments.compose import compose_run_config
+from chunklab.experiments.fidelity import paired_errors, paired_table, repeat_floor
+from chunklab.experiments.simulate import simulate_many, simulate_requests
+from chunklab.experiments.sweep import run_grid
+from chunklab.metrics.conditions import cpu_model, sim_conditions_line
+from chunklab.model.sizes import kv_bytes_per_token
+from chunklab.stages.common import measured_capacity, runs_dir, write_json, write_text
+from chunklab.stages.params import ClusterParams
+
+# The same two cores, three ways: one engine on both (torch's threads), two replicas (one core and
+# one thread each), one prefill + one decode instance (likewise; KV through shared memory).
+ARMS = {"single": {},
+        "replicas": {"topology": "replicas", "topology.replicas": 2, "router": "least_outstanding"},
+        "pd": {"topology": "disaggregated", "topology.prefill": 1, "topology.decode": 1, "link": "shm"}}
+WIN_METRIC = "goodput_req_per_s"  # the arm with the highest median over the repeats wins a load
+
+
+def link_conditions(model) -> str:
+    return (f"{cpu_model()}, {len(os.sched_getaffinity(0))} cores, sender and receiver each pinned to one, "
+            f"1 torch thread; {model.name} KV, {kv_bytes_per_token(model)} bytes a token, 16-token blocks")
+
+
+def _one_thread_ratio(base: list[str]) -> float:
+    """The sentinel's ratio on one core and one thread, as an instance runs (in a process of its own:
+    pinning this one would pin the threads torch starts next, and slow every run after)."""
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    return SpeedSentinel.for_run(compose_run_config([*base, "engine.threads=1"])).read().ratio
+
+
+def one_thread_scale(base: list[str]) -> tuple[float, float, float]:
+    """How much slower a step runs on one core and one thread than the profile's way (torch's default
+    threads, both cores): the speed sentinel (calibration/sentinel.py) read both ways, one right after
+    the other. Returns (scale, one, two): the twins of the cluster arms take scale = one / two as
+    hardware.step_time_scale, since the profile prices the single engine's steps and each instance of
+    a cluster runs on one thread."""
+    two = SpeedSentinel.for_run(compose_run_config(base)).read().ratio
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        one = pool.apply(_one_thread_ratio, (base,))
+    return one / two, one, two
+
+
+def winners(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per load and executor: each arm's median over repeats of WIN_METRIC and TTFT p50, and the winner."""
+    med = runs.groupby(["executor", "load", "arm"], sort=False)[[WIN_METRIC, "ttft_p50_s"]].median().reset_index()
+    best = med.sort_values([WIN_METRIC, "ttft_p50_s"], ascending=[False, True]).groupby(["executor", "load"]).head(1)
+    return med.assign(wins=med.index.isin(best.index))
+
+
+def run(p: ClusterParams, profile: Path, capacity_csv: Path, out_dir: Path, table_path: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model = compose_run_config(["tracking=none", *p.overrides]).model
+    link_rows = time_transfers(model, repeats=p.link_repeats)
+    fit = fit_link(link_rows)
+    pd.DataFrame(link_rows).to_csv(out_dir / "shm_link.csv", index=False, float_format="%.6g")
+    write_text(out_dir / "shm.yaml", link_preset(fit, link_conditions(model)))
+
+    capacity = measured_capacity(capacity_csv)
+    workload = {"workload": p.workload, "workload.num_requests": p.num_requests, "workload.seed": p.seed}
+    pts = [(f"{arm} load {load:g}", arm, load, workload | {"workload.rate_per_s": round(load * capacity, 4)} | ARMS[arm])
+           for load in p.loads for arm in ARMS]
+    order = [(r, *pt) for r in range(p.repeats) for pt in pts]  # repeats outermost: drift hits every arm
+    base = ["tracking.progress=false", "tracking.experiment_name=dvc_cluster", "slowdown=false",
+            f"engine.profile={profile}", *p.overrides]
+    scale, one, two = one_thread_scale(base)
+    res = run_grid("cluster", base, [pt for *_, pt in order], runs_dir())
+    labels = [label for _, label, *_ in order]
+    res.runs = res.runs.assign(point=labels, repeat=[r for r, *_ in order], arm=[a for _, _, a, _, _ in order],
+                               load=[ld for *_, ld, _ in order], executor="measured")
+    res.requests.insert(0, "repeat", res.requests["run"].map(lambda i: order[i][0]))
+    res.requests.insert(0, "point", res.requests["run"].map(lambda i: labels[i]))
+
+    sim_base = ["tracking=none", "slowdown=false", f"engine.profile={profile}", *p.overrides,
+                f"link.bandwidth_gb_per_s={fit.bandwidth_gb_per_s:.6g}", f"link.latency_s={fit.latency_s:.6g}"]
+    cfgs = [compose_run_config(sim_base + [f"{k}={v}" for k, v in pt.items()]
+                               + ([f"hardware.step_time_scale={scale:.4g}"] if arm != "single" else []))
+            for _, arm, _, pt in pts]
+    sims = simulate_many(cfgs, p.processes, fn=simulate_requests)
+    sim_req = pd.concat([pd.DataFrame(reqs).assign(point=label) for (label, *_), (_, reqs) in zip(pts, sims)])
+    sim_runs = pd.DataFrame([{"point": label, "arm": arm, "load": load, "repeat": 0} | summary
+                             for (label, arm, load, _), (summary, _) in zip(pts, sims)]).assign(executor="simulated")
+    runs = pd.concat([res.runs, sim_runs], ignore_index=True)
+
+    paired = paired_table(paired_errors(res.requests, sim_req))
+    floor = repeat_floor(res.requests)
+    table = paired.merge(floor[["point", "metric", "median_rel_error", "p90_rel_error"]], on=["point", "metric"],
+                         how="left", suffixes=("", "_floor"))
+    table = table[table.metric.isin(["ttft", "e2e"])]
+    wins = winners(runs)
+    runs.to_csv(out_dir / "runs.csv", index=False, float_format="%.6g")
+    table.to_csv(out_dir / "paired.csv", index=False, float_format="%.4g")
+    wins.to_csv(out_dir / "winners.csv", index=False, float_format="%.4g")
+    res.requests.to_csv(out_dir / "requests_measured.csv", index=False, float_format="%.6g")
+    lines = {"measured": res.conditions[0], "simulated": sim_conditions_line(cfgs[-1]),
+             "shm link": link_conditions(model), "capacity_req_per_s": f"{capacity:.4g}",
+             "instances' step time scale": f"{scale:.3f} (sentinel on one pinned core and thread {one:.3f}, "
+                                           f"on both cores {two:.3f}; the twins of replicas and pd)"}
+    (out_dir / "conditions.json").write_text(json.dumps(lines, indent=2) + "\n")
+    metrics = {"shm_bandwidth_gb_per_s": fit.bandwidth_gb_per_s, "shm_latency_s": fit.latency_s, "shm_r2": fit.r2,
+               "one_thread_step_time_scale": scale}
+    for row in table.itertuples():
+        metrics[f"{row.point} {row.metric} paired median error"] = row.median_rel_error
+        metrics[f"{row.point} {row.metric} floor median error"] = row.median_rel_error_floor
+    for row in wins[wins.wins].itertuples():
+        metrics[f"{row.executor} winner at load {row.load:g}"] = row.arm
+    write_json(out_dir / "metrics.json", metrics)
+    md = markdown(table, wins, fit, lines)
+    write_text(table_path, md)
+    print(md)
+
+
+def markdown(table: pd.DataFrame, wins: pd.DataFrame, fit, lines: dict[str, str]) -> str:
+    out = ["# The measured cluster: three arms on two cores, and their simulated twins", ""]
+    for load, g in wins[wins.executor == "measured"].groupby("load"):
+        sim = wins[(wins.executor == "simulated") & (wins.load == load) & wins.wins].arm.tolist()
+        best = g[g.wins].iloc[0]
+        out.append(f"- Load {load:g}: **{best.arm}** wins measured ({WIN_METRIC} {best[WIN_METRIC]:.3f}; "
+                   + ", ".join(f"{r.arm} {r[WIN_METRIC]:.3f}" for _, r in g.iterrows())
+                   + f"); the simulation picks {sim[0] if sim else 'none'}.")
+    out += ["", "| point | metric | sim vs measured (median) | p90 | floor: repeat vs repeat (median) | n |",
+            "|---|---|---|---|---|---|"]
+    for r in table.itertuples():
+        out.append(f"| {r.point} | {r.metric} | {r.median_rel_error:.1%} | {r.p90_rel_error:.1%} | "
+                   f"{r.median_rel_error_floor:.1%} | {r.n} |")
+    out += ["", f"shm link (measured, fit): {fit.bandwidth_gb_per_s:.3g} GB/s + {fit.latency_s * 1e6:.0f} us "
+            f"(r2 {fit.r2:.3f}, {fit.num_transfers} transfers)", ""]
+    out += [f"- {k}: {v}" for k, v in lines.items()]
+    return "\n".join(out) + "\n"

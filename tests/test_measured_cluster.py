@@ -1,0 +1,252 @@
+"""The measured cluster (cluster/measured.py): real instance processes on their own cores, the KV of a
+disaggregated request through shared memory, an instance killed mid-run. Every assert is on counts,
+tokens and states, never on how fast anything ran."""
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import psutil
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chunklab import app
+from chunklab.app import run_tracked
+from chunklab.experiments.shm_link import LinkFit, fit_link, link_preset
+from chunklab.cluster.ledger import FINISHED, LOST, PENDING, REJECTED, Ledger, LedgerError
+from chunklab.cluster.measured import available_cores
+from chunklab.cluster.remote import InstanceDied
+from chunklab.cluster.phases import PHASES
+from chunklab.config import ChunklabError
+from chunklab.engine.build import build_engine
+from chunklab.engine.replay import replay
+from chunklab.experiments.compose import compose_run_config
+from chunklab.report.cluster import cluster_findings
+from chunklab.runner import execute
+from chunklab.stages.cluster import winners
+from chunklab.workload import make_requests
+
+ROOT = Path(__file__).resolve().parents[1]
+MICRO = ["model=micro", "tracking=none", "tracking.progress=false", "workload.num_requests=10"]
+TWO_CORES = pytest.mark.skipif(len(available_cores()) < 2, reason="a measured 2-instance cluster needs 2 cores")
+
+
+# -- the books: no request lost or counted twice -----------------------------------------------------
+
+OPS = st.lists(st.tuples(st.sampled_from(["assign", "reject", "move", "finish", "lose"]), st.integers(0, 7),
+                         st.sampled_from(["prefill0", "decode0", "decode1"])), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=OPS)
+def test_every_offered_request_is_in_exactly_one_state_whatever_happens(ops):
+    """Random moves, legal or not: the illegal ones raise and change nothing; at every point each of
+    the 8 requests is pending, held by one instance, finished, rejected or lost, once."""
+    ledger, model = Ledger(range(8)), {rid: PENDING for rid in range(8)}  # model: the expected states
+    for op, rid, inst in ops:
+        legal = {"assign": model[rid] == PENDING, "reject": model[rid] == PENDING,
+                 "move": model[rid] == "@prefill0", "finish": model[rid] == "@" + inst, "lose": True}[op]
+        call = {"assign": lambda: ledger.assign(rid, inst), "reject": lambda: ledger.reject(rid),
+                "move": lambda: ledger.move(rid, "prefill0", inst), "finish": lambda: ledger.finish(rid, inst),
+                "lose": lambda: ledger.lose(inst)}[op]
+        if not legal:
+            with pytest.raises(LedgerError):
+                call()
+            continue
+        lost = call()
+        if op == "lose":
+            assert sorted(lost) == sorted(r for r, s in model.items() if s == "@" + inst)
+            model |= {r: LOST for r in lost}
+        else:
+            model[rid] = {"assign": "@" + inst, "reject": REJECTED, "move": "@" + inst, "finish": FINISHED}[op]
+        counts = ledger.counts()
+        assert sum(counts.values()) == 8
+        for state in (PENDING, FINISHED, REJECTED, LOST):
+            assert counts[state] == sum(s == state for s in model.values())
+        assert ledger.num_open == sum(s == PENDING or s.startswith("@") for s in model.values())
+        assert all(ledger.holder(r) == (s[1:] if s.startswith("@") else "") for r, s in model.items())
+
+
+def test_a_request_offered_twice_is_refused():
+    with pytest.raises(LedgerError, match="offered twice"):
+        Ledger([1, 2, 1])
+
+
+# -- real processes ---------------------------------------------------------------------------------
+
+def single_engine_digests(cfg):
+    """Greedy outputs of one engine on one thread: what every topology must reproduce token for token."""
+    engine = build_engine(cfg.model, replace(cfg.engine, threads=1), cfg.scheduler)
+    result = replay(engine, make_requests(cfg)[0])
+    return [tuple(s.output_token_ids) for s in result.sequences]
+
+
+@TWO_CORES
+@pytest.mark.parametrize("topology", [["topology=disaggregated", "topology.prefill=1", "topology.decode=1"],
+                                      ["topology=replicas", "topology.replicas=2", "router=round_robin"]])
+def test_a_measured_cluster_finishes_every_request_with_one_engines_tokens(topology):
+    cfg = compose_run_config([*MICRO, *topology])
+    run = execute(cfg)
+    assert run.result.error is None and not run.result.stopped
+    assert [r.status for r in run.records] == ["finished"] * 10
+    # the KV copied through shared memory is the KV the prefill computed: the same tokens as one engine
+    assert [tuple(s.output_token_ids) for s in run.result.sequences] == single_engine_digests(cfg)
+    names = {i.name for i in run.cluster.instances}
+    for seq in run.result.sequences:
+        where = run.placements[seq.seq_id]
+        assert where.prefill_instance in names
+        assert (where.decode_instance in names) == (topology[0] == "topology=disaggregated")
+    s = run.summary
+    assert sum(s[f"instance_{n}_routed"] for n in names) == (20 if "disaggregated" in topology[0] else 10)
+    assert s.get("num_transfers", 0) == (10 if "disaggregated" in topology[0] else 0)
+
+
+class KillOnFirstFinish:
+    """on_done: SIGKILLs the named instance's process when the first request finishes."""
+
+    def __init__(self, name, then):
+        self.name, self.then, self.killed_at = name, then, None
+
+    def __call__(self, n):
+        self.then(n)
+        if self.killed_at is None:
+            pid = next(p.pid for p in multiprocessing.active_children() if p.name == f"chunklab-{self.name}")
+            os.kill(pid, signal.SIGKILL)
+            self.killed_at = time.monotonic()
+
+
+@TWO_CORES
+def test_an_instance_killed_mid_run_ends_it_failed_in_bounded_time_with_every_request_accounted(tmp_path,
+                                                                                                 monkeypatch):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    cfg = compose_run_config(["model=micro", "tracking.progress=false", f"tracking.tracking_uri={uri}",
+                              "tracking.system_metrics_interval_s=0", "workload.num_requests=40",
+                              "workload.arrival=all_at_once", "workload.min_output_tokens=300",
+                              "workload.max_output_tokens=400", "topology=disaggregated"])
+    killer = []
+    real_execute = app.execute
+
+    def execute_with_killer(cfg, **kw):
+        killer.append(KillOnFirstFinish("decode0", kw["on_done"]))
+        return real_execute(cfg, **(kw | {"on_done": killer[0]}))
+
+    monkeypatch.setattr(app, "execute", execute_with_killer)
+    with pytest.raises(InstanceDied) as err:
+        run_tracked(cfg, tmp_path / "run", {})
+    ended = time.monotonic()
+    assert killer[0].killed_at is not None and ended - killer[0].killed_at < 30
+    line = str(err.value)
+    assert isinstance(err.value, ChunklabError) and "\n" not in line
+    assert line.startswith("instance decode0 (pid ") and "died with exit code -9, holding " in line
+    held = int(line.split("holding ")[1].split()[0])
+    assert held >= 1
+    # every offered request once: finished, or unfinished with a reason; the dead instance's among them
+    rows = pd.read_csv(tmp_path / "run" / "requests.csv")
+    assert list(rows.request_id) == list(range(40))
+    assert set(rows.status) <= {"finished", "unfinished"}
+    assert (rows.status == "unfinished").sum() >= held and rows[rows.status == "unfinished"].reason.notna().all()
+    assert rows.reason.str.startswith("instance decode0 died; run stopped while ").sum() == held
+    assert (rows.status == "finished").sum() >= 1
+    done = rows[rows.status == "finished"]
+    assert ((done[list(PHASES)].sum(axis=1) - done.e2e_s).abs() < 1e-6).all()
+    # MLflow: FAILED, nothing left RUNNING, what was measured kept
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs(experiment_names=[cfg.tracking.experiment_name])
+    assert list(runs.status) == ["FAILED"]
+    assert runs["metrics.num_finished"][0] == (rows.status == "finished").sum()
+    assert runs["metrics.num_unfinished"][0] == (rows.status == "unfinished").sum()
+    assert "metrics.instance_decode0_steps" in runs
+
+
+# -- the shm link and the stage's verdict ------------------------------------------------------------
+
+def test_the_link_fit_recovers_bandwidth_and_latency_and_its_preset_composes(tmp_path):
+    rows = [{"tokens": n, "bytes": n * 3072, "seconds": n * 3072 / 4e9 + 1e-4} for n in (1, 16, 256, 2048)]
+    fit = fit_link(rows)
+    assert fit.bandwidth_gb_per_s == pytest.approx(4.0, rel=1e-6) and fit.latency_s == pytest.approx(1e-4, rel=1e-6)
+    text = link_preset(LinkFit(4.0, 1e-4, 1.0, 4), "here")
+    assert "bandwidth_gb_per_s: 4\n" in text and "latency_s: 0.0001\n" in text and "here" in text
+    link = compose_run_config(["tracking=none", "link=shm"]).link  # the committed preset: measured, with conditions
+    assert link.name == "shm" and link.bandwidth_gb_per_s > 0 and link.spec_source.startswith("measured: ")
+
+
+def test_the_winner_of_a_load_is_the_arm_with_the_best_median_goodput():
+    runs = pd.DataFrame({"executor": "measured", "load": [0.5] * 6 + [0.9] * 2,
+                         "arm": ["single", "single", "pd", "pd", "replicas", "replicas", "single", "pd"],
+                         "goodput_req_per_s": [5, 7, 6, 6.5, 1, 9, 3, 3], "ttft_p50_s": [1, 1, 1, 1, 1, 1, 0.2, 0.1]})
+    w = winners(runs)
+    assert w[w.wins].set_index("load").arm.to_dict() == {0.5: "pd", 0.9: "pd"}  # medians 6, 6.25, 5; then TTFT
+
+
+def test_the_report_names_each_loads_winner_from_the_data_and_says_when_the_stage_has_not_run(tmp_path):
+    assert cluster_findings(tmp_path) == [
+        "The cluster stage has not run in this repro (`dvc repro cluster`): no measured cluster to report."]
+    (tmp_path / "cluster").mkdir()
+    runs = pd.DataFrame({"executor": ["measured"] * 3 + ["simulated"] * 3, "load": 0.9,
+                         "arm": ["single", "replicas", "pd"] * 2, "goodput_req_per_s": [4.0, 5.0, 3.0, 9.0, 1.0, 2.0],
+                         "ttft_p50_s": 0.1})
+    winners(runs).to_csv(tmp_path / "cluster" / "winners.csv", index=False)
+    pd.DataFrame({"point": ["pd load 0.9"], "metric": ["ttft"], "median_rel_error": [0.2],
+                  "median_rel_error_floor": [0.05]}).to_csv(tmp_path / "cluster" / "paired.csv", index=False)
+    lines = cluster_findings(tmp_path)
+    assert lines[0].startswith("- At load 0.9 of the measured capacity, **2 replicas (a core each)** wins "
+                               "(MEASURED goodput 5.00 req/s")
+    assert lines[0].endswith("the simulated twins pick one engine on both cores instead.")
+    assert lines[1] == ("- Paired TTFT error of the simulated twins: median 20%-20% over the points, against a "
+                        "repeat-vs-repeat floor of 5%-5%; 1 of 1 points above their floor.")
+
+
+def test_more_instances_than_cores_is_one_line_naming_the_value():
+    with pytest.raises(ChunklabError) as err:
+        compose_run_config([*MICRO, "topology=disaggregated", "topology.prefill=4096"])
+    assert str(err.value).startswith("topology.prefill=4096: a measured cluster runs each instance on its own core: "
+                                     "4097 instances") and "\n" not in str(err.value)
+
+
+@TWO_CORES
+def test_an_instance_that_fails_to_start_ends_the_run_with_its_error_and_every_request_unfinished():
+    cfg = compose_run_config([*MICRO, "topology=replicas", "engine.device=cuda"])
+    run = execute(cfg)
+    assert isinstance(run.result.error, InstanceDied)
+    line = str(run.result.error)
+    assert line.startswith("instance replica") and " failed: ConfigError: engine.device='cuda'" in line
+    assert [r.status for r in run.records] == ["unfinished"] * 10
+
+
+def test_slowdown_of_a_measured_cluster_is_refused_in_one_line():
+    with pytest.raises(ChunklabError, match=r"^slowdown=True: is not measured for a measured cluster"):
+        compose_run_config([*MICRO, "topology=replicas", "slowdown=true"])
+
+
+@pytest.mark.slow  # ~18 s: run.py and its instances start in fresh interpreters
+@TWO_CORES
+def test_ctrl_c_to_the_process_group_ends_a_measured_cluster_killed_with_every_request_accounted(tmp_path):
+    """SIGINT to every process of the run, as a terminal's Ctrl-C sends it: the instances ignore it, the
+    coordinator stops the run, writes what it measured and ends the MLflow run KILLED."""
+    env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db")
+    proc = subprocess.Popen([sys.executable, "run.py", "model=micro", "tracking.progress=false",
+                             "tracking.system_metrics_interval_s=0", "topology=replicas", "workload.num_requests=400",
+                             "workload.arrival=all_at_once", "workload.min_output_tokens=300",
+                             "workload.max_output_tokens=400", f"hydra.run.dir={tmp_path}/run"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.time() + 300  # a bound on a broken run, not a timing the test depends on
+    while len([c for c in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(c.cmdline())]) < 2:
+        assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-2000:]
+        time.sleep(0.2)
+    time.sleep(1.0)  # into the run (any moment works: the asserts hold before, during and after the steps)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("chunklab: interrupted by SIGINT")
+    rows = pd.read_csv(tmp_path / "run" / "requests.csv")
+    assert list(rows.request_id) == list(range(400)) and set(rows.status) <= {"finished", "unfinished"}
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    assert list(mlflow.search_runs(experiment_names=["chunklab"]).status) == ["KILLED"]
