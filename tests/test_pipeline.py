@@ -37,6 +37,7 @@ TINY = {
     "sim_production": {"pairs": [["llama3_8b", "h100"]], "workloads": ["ch10_production", "azure_conv"],
                        "trace_rows": 40, "num_requests": 40, "seeds": [1], "budgets": [512, 16384], "loads": [0.5, 1.0],
                        "capacity_rel_tol": 0.2},
+    "cluster": {"num_requests": 8, "repeats": 2, "loads": [0.5], "link_repeats": 2, "overrides": MICRO_MIX},
     "sim_disagg": {"pairs": [["llama3_8b", "h100", 1.0]], "gpus": [2], "workloads": ["ch10_production", "azure_conv"],
                    "num_requests": 40, "loads": [1.0, 2.0], "verdict_loads": [1.0], "throughput_load": 2.0,
                    "budgets": [512], "links": ["nvlink4"], "capacity_rel_tol": 0.2},
@@ -73,6 +74,8 @@ EXPECTED = [
     *[f"outputs/simulated/disagg/{f}" for f in ("capacity.csv", "cells.csv", "winners.csv", "metrics.json",
                                                                 "conditions.json")],
     "outputs/plots/simulated/disagg_llama3_8b_h100_nvlink4.png",
+    *[f"outputs/cluster/{f}" for f in ("shm_link.csv", "shm.yaml", "runs.csv", "paired.csv", "metrics.json")],
+    "outputs/tables/cluster.md",
 ]
 SIM_OUTPUTS = "outputs/simulated"
 
