@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from chunklab.report.disagg import AGREES, DISAGREES, WITHIN, verdicts
-from chunklab.stages.sim_disagg import DRIVERS, winners_table
+from chunklab.stages.sim_disagg import DRIVERS, MIN_COLOCATED_SHARE, winners_table
 
 SLOS = ("disagg_tight_ttft", "disagg_strict_tpot", "disagg_balanced")
 MODELS = {"small_8b": 8.0, "big_12b": 12.2}
@@ -18,7 +18,7 @@ def tables(gain, throughput=1.0):
     for model in MODELS:
         for workload in ("long_prompts", "azure_conv"):
             for slo in SLOS:
-                for load in (*LOADS, THROUGHPUT_LOAD):
+                for load in (*LOADS, THROUGHPUT_LOAD, MIN_COLOCATED_SHARE):
                     key = {"model": model, "hardware": "h100", "gpus": 2, "workload": workload, "slo": slo,
                            "slo_ttft_s": 1.0, "slo_tpot_s": 0.02, "load": load, "rate_per_s": 4.0}
                     share = 0.5 * gain(model, workload, slo)
@@ -34,7 +34,7 @@ def tables(gain, throughput=1.0):
 
 def judged(gain, throughput=1.0) -> dict[str, str]:
     cells, capacity = tables(gain, throughput)
-    v = verdicts(winners_table(cells, 0.05), cells, capacity, 0.05, LOADS, THROUGHPUT_LOAD)
+    v = verdicts(winners_table(cells, 0.05), cells, capacity, 0.05, LOADS, THROUGHPUT_LOAD, MIN_COLOCATED_SHARE)
     return dict(zip(v["key"], v["verdict"]))
 
 
@@ -73,7 +73,7 @@ def test_distserves_gain(largest, expected):
     (agrees), or 3.54 (beyond the margin below it: disagrees)."""
     cells, capacity = tables(lambda m, w, s: largest if (m, w, s) == ("small_8b", "azure_conv", SLOS[0]) else 1.0)
     cells.loc[cells["topology"] == "colocated", "goodput_per_gpu_rps"] = 2.0 * 0.5 * 1.9 / 4.48
-    v = verdicts(winners_table(cells, 0.05), cells, capacity, 0.05, LOADS, THROUGHPUT_LOAD)
+    v = verdicts(winners_table(cells, 0.05), cells, capacity, 0.05, LOADS, THROUGHPUT_LOAD, MIN_COLOCATED_SHARE)
     assert dict(zip(v["key"], v["verdict"]))["distserve_gain"] == expected
 
 
@@ -82,7 +82,7 @@ def test_distserves_gain_ignores_points_where_colocation_barely_serves():
     cells, capacity = tables(lambda m, w, s: 1.0)
     hit = (cells["model"] == "small_8b") & (cells["workload"] == "azure_conv") & (cells["slo"] == SLOS[0])
     cells.loc[hit & (cells["topology"] == "colocated"), ["share_in_slo", "goodput_per_gpu_rps"]] = [0.02, 0.05]
-    v = verdicts(winners_table(cells, 0.05), cells, capacity, 0.05, LOADS, THROUGHPUT_LOAD)
+    v = verdicts(winners_table(cells, 0.05), cells, capacity, 0.05, LOADS, THROUGHPUT_LOAD, MIN_COLOCATED_SHARE)
     assert dict(zip(v["key"], v["verdict"]))["distserve_gain"] == DISAGREES
 
 

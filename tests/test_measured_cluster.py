@@ -30,7 +30,7 @@ from chunklab.engine.replay import replay
 from chunklab.experiments.compose import compose_run_config
 from chunklab.report.cluster import cluster_findings
 from chunklab.runner import execute
-from chunklab.stages.cluster import winners
+from chunklab.stages.cluster import arm_ranges
 from chunklab.workload import make_requests
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,28 +177,29 @@ def test_the_link_fit_recovers_bandwidth_and_latency_and_its_preset_composes(tmp
     assert link.name == "shm" and link.bandwidth_gb_per_s > 0 and link.spec_source.startswith("measured: ")
 
 
-def test_the_winner_of_a_load_is_the_arm_with_the_best_median_goodput():
-    runs = pd.DataFrame({"executor": "measured", "load": [0.5] * 6 + [0.9] * 2,
-                         "arm": ["single", "single", "pd", "pd", "replicas", "replicas", "single", "pd"],
-                         "goodput_req_per_s": [5, 7, 6, 6.5, 1, 9, 3, 3], "ttft_p50_s": [1, 1, 1, 1, 1, 1, 0.2, 0.1]})
-    w = winners(runs)
-    assert w[w.wins].set_index("load").arm.to_dict() == {0.5: "pd", 0.9: "pd"}  # medians 6, 6.25, 5; then TTFT
+def test_each_arms_range_over_repeats_is_kept_for_the_report():
+    runs = pd.DataFrame({"executor": "measured", "load": [0.5] * 4, "arm": ["single", "single", "pd", "pd"],
+                         "slo_attainment": [0.9, 1.0, 0.5, 0.7], "ttft_p50_s": [1, 3, 2, 2], "tpot_p50_s": 0.002})
+    a = arm_ranges(runs).set_index("arm")
+    assert a.loc["single", ["slo_attainment_min", "slo_attainment", "slo_attainment_max"]].tolist() == [0.9, 0.95, 1.0]
+    assert a.loc["pd", ["ttft_p50_s_min", "ttft_p50_s", "ttft_p50_s_max"]].tolist() == [2, 2, 2]
 
 
 def test_the_report_names_each_loads_winner_from_the_data_and_says_when_the_stage_has_not_run(tmp_path):
     assert cluster_findings(tmp_path) == [
         "The cluster stage has not run in this repro (`dvc repro cluster`): no measured cluster to report."]
     (tmp_path / "cluster").mkdir()
-    runs = pd.DataFrame({"executor": ["measured"] * 3 + ["simulated"] * 3, "load": 0.9,
-                         "arm": ["single", "replicas", "pd"] * 2, "goodput_req_per_s": [4.0, 5.0, 3.0, 9.0, 1.0, 2.0],
-                         "ttft_p50_s": 0.1})
-    winners(runs).to_csv(tmp_path / "cluster" / "winners.csv", index=False)
+    runs = pd.DataFrame({"executor": ["measured"] * 6 + ["simulated"] * 3, "load": 0.9,
+                         "arm": ["single", "replicas", "pd"] * 3,
+                         "slo_attainment": [0.8, 0.95, 0.5, 0.82, 0.97, 0.52, 0.9, 0.8, 0.7],
+                         "ttft_p50_s": 0.1, "tpot_p50_s": 0.002})
+    runs.to_csv(tmp_path / "cluster" / "runs.csv", index=False)
     pd.DataFrame({"point": ["pd load 0.9"], "metric": ["ttft"], "median_rel_error": [0.2],
                   "median_rel_error_floor": [0.05]}).to_csv(tmp_path / "cluster" / "paired.csv", index=False)
     lines = cluster_findings(tmp_path)
-    assert lines[0].startswith("- At load 0.9 of the measured capacity, **2 replicas (a core each)** wins "
-                               "(MEASURED goodput 5.00 req/s")
-    assert lines[0].endswith("the simulated twins pick one engine on both cores instead.")
+    assert lines[0].startswith("- Load 0.9 of the measured capacity (MEASURED, median [min-max] over repeats): "
+                               "share in SLO single 81 [80-82], replicas 96 [95-97], pd 51 [50-52] %: "
+                               "**2 replicas (a core each)** wins; the simulated twins put single first")
     assert lines[1] == ("- Paired TTFT error of the simulated twins: median 20%-20% over the points, against a "
                         "repeat-vs-repeat floor of 5%-5%; 1 of 1 points above their floor.")
 

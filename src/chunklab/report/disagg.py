@@ -17,7 +17,6 @@ import pandas as pd
 AGREES, DISAGREES, WITHIN = "agrees", "disagrees", "within margin"
 SCORE = {AGREES: 1, WITHIN: 0, DISAGREES: -1}  # dvc metrics
 DISTSERVE_GAIN = 4.48  # DistServe (Zhong et al., OSDI 2024): "up to 4.48x" more requests within SLO
-MIN_COLOCATED_SHARE = 0.1  # a gain is read only where colocation still serves this share within SLO
 STATEMENTS = {
     "taichi_tight_ttft": ("TaiChi", "colocation wins under tight TTFT with relaxed TPOT"),
     "taichi_strict_tpot": ("TaiChi", "disaggregation wins under strict TPOT with relaxed TTFT"),
@@ -98,21 +97,21 @@ def large_long_verdict(winners: pd.DataFrame, capacity: pd.DataFrame, margin: fl
                      f"({int(here.sum())} points); every other point: {b:.2f} ({int((~here).sum())} points)")
 
 
-def gain_verdict(winners: pd.DataFrame, margin: float, loads: list[float]) -> tuple[str, str]:
+def gain_verdict(winners: pd.DataFrame, margin: float, loads: list[float], min_share: float) -> tuple[str, str]:
     """The largest disaggregated/colocated goodput ratio at the verdict loads (DistServe's "up to" is a
-    maximum too), over points where colocation serves at least MIN_COLOCATED_SHARE of requests within SLO:
-    below that the ratio divides by a handful of requests, and overload, not topology, decides it."""
+    maximum too), over points where colocation serves at least min_share of requests within SLO (the
+    stage's MIN_COLOCATED_SHARE, in its conditions)."""
     near = winners[winners["load"].isin(loads)]
-    finite = near[near["colocated_share_in_slo"] >= MIN_COLOCATED_SHARE]
+    finite = near[near["colocated_share_in_slo"] >= min_share]
     only = int(((near["colocated_goodput_per_gpu_rps"] == 0) & (near["disagg_goodput_per_gpu_rps"] > 0)).sum())
     if finite.empty:
-        return WITHIN, (f"colocation serves under {MIN_COLOCATED_SHARE:.0%} of requests within SLO at every point "
+        return WITHIN, (f"colocation serves under {min_share:.0%} of requests within SLO at every point "
                         f"of {loads_text(loads)}")
     top = finite.loc[finite["disagg_over_colocated"].idxmax()]
     g = float(top["disagg_over_colocated"])
     verdict = AGREES if g >= DISTSERVE_GAIN / (1 + margin) else DISAGREES
     return verdict, (f"largest {g:.2f}x at {loads_text(loads)} where colocation serves at least "
-                     f"{MIN_COLOCATED_SHARE:.0%} within SLO ({top['model']} on {top['hardware']}, {int(top['gpus'])} "
+                     f"{min_share:.0%} within SLO ({top['model']} on {top['hardware']}, {int(top['gpus'])} "
                      f"GPUs, {top['workload']}, {top['slo']}, load {top['load']:g}, {top['link']}: {top['split']} "
                      f"against colocated budget {int(top['colocated_budget'])}; share within SLO "
                      f"{top['disagg_share_in_slo']:.0%} against {top['colocated_share_in_slo']:.0%}); disaggregation "
@@ -120,7 +119,7 @@ def gain_verdict(winners: pd.DataFrame, margin: float, loads: list[float]) -> tu
 
 
 def verdicts(winners: pd.DataFrame, cells: pd.DataFrame, capacity: pd.DataFrame, margin: float,
-             verdict_loads: list[float], throughput_load: float,
+             verdict_loads: list[float], throughput_load: float, min_share: float,
              slos: tuple[str, str, str] = ("disagg_tight_ttft", "disagg_strict_tpot", "disagg_balanced")) -> pd.DataFrame:
     """One row per published statement: source, statement, verdict, the numbers that decided it."""
     tight, strict, balanced = slos
@@ -130,7 +129,7 @@ def verdicts(winners: pd.DataFrame, cells: pd.DataFrame, capacity: pd.DataFrame,
         "taichi_balanced": regime_verdict(winners, balanced, "tie", margin, verdict_loads),
         "vllm_throughput": throughput_verdict(cells, margin, throughput_load),
         "llmd_large_long": large_long_verdict(winners, capacity, margin, verdict_loads),
-        "distserve_gain": gain_verdict(winners, margin, verdict_loads),
+        "distserve_gain": gain_verdict(winners, margin, verdict_loads, min_share),
     }
     return pd.DataFrame([{"key": k, "source": STATEMENTS[k][0], "statement": STATEMENTS[k][1], "verdict": v,
                           "decided_by": why} for k, (v, why) in decided.items()])

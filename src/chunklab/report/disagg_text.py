@@ -104,7 +104,8 @@ def disagg_section(outputs: Path) -> list[str]:
     if loaded is None:
         return []
     winners, cells, capacity, c = loaded
-    v = verdicts(winners, cells, capacity, c["tie_margin"], c["verdict_loads"], c["throughput_load"])
+    v = verdicts(winners, cells, capacity, c["tie_margin"], c["verdict_loads"], c["throughput_load"],
+                 c["min_colocated_share"])
     table = v[["source", "statement", "verdict", "decided_by"]].rename(columns={"decided_by": "decided by (SIMULATED)"})
     hardware = list(dict.fromkeys(winners["hardware"]))
     maps = [f"![{m} on {h}, {link}](plots/simulated/disagg_{m}_{h}_{link}.png)"
@@ -131,4 +132,4 @@ def disagg_metrics(outputs: Path) -> dict[str, float]:
     winners, cells, capacity, c = loaded
     return {f"disagg (simulated): {r.source}: {r.statement}": SCORE[r.verdict]
             for r in verdicts(winners, cells, capacity, c["tie_margin"], c["verdict_loads"],
-                              c["throughput_load"]).itertuples()}
+                              c["throughput_load"], c["min_colocated_share"]).itertuples()}

@@ -4,13 +4,13 @@ same ch10 requests at loads of the measured capacity (outputs/capacity/, the sin
 machine's profile and the shm link that this stage times first (experiments/shm_link.py; the twins
 take conf/link/shm.yaml's preset with this repro's fit, written beside the outputs as shm.yaml: the
 committed preset is a copy of one, conf/ being every stage's dependency). Per request, paired TTFT and E2E errors of simulated vs measured beside the
-measured repeat-vs-repeat floor (experiments/fidelity.py), and which arm wins at each load. The
+measured repeat-vs-repeat floor (experiments/fidelity.py), and each arm's range over the repeats at each load. The
 profile prices the single engine's steps (both cores); each cluster instance runs on one core and one
 thread, so the twins of the cluster arms scale the profile's step times by the speed sentinel's
 one-thread / two-thread ratio, read by this stage (one_thread_scale).
 
 Writes out_dir: shm_link.csv, shm.yaml, runs.csv (every measured and simulated run's summary), paired.csv,
-winners.csv, requests_measured.csv, conditions.json, metrics.json; and the table at table_path.
+arms.csv, requests_measured.csv, conditions.json, metrics.json; and the table at table_path.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from chunklab.stages.params import ClusterParams
 ARMS = {"single": {},
         "replicas": {"topology": "replicas", "topology.replicas": 2, "router": "least_outstanding"},
         "pd": {"topology": "disaggregated", "topology.prefill": 1, "topology.decode": 1, "link": "shm"}}
-WIN_METRIC = "goodput_req_per_s"  # the arm with the highest median over the repeats wins a load
+ARM_METRICS = ["slo_attainment", "ttft_p50_s", "tpot_p50_s"]  # per arm and load: median, min, max over repeats
 
 
 def link_conditions(model) -> str:
@@ -64,11 +64,11 @@ def one_thread_scale(base: list[str]) -> tuple[float, float, float]:
     return one / two, one, two
 
 
-def winners(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per load and executor: each arm's median over repeats of WIN_METRIC and TTFT p50, and the winner."""
-    med = runs.groupby(["executor", "load", "arm"], sort=False)[[WIN_METRIC, "ttft_p50_s"]].median().reset_index()
-    best = med.sort_values([WIN_METRIC, "ttft_p50_s"], ascending=[False, True]).groupby(["executor", "load"]).head(1)
-    return med.assign(wins=med.index.isin(best.index))
+def arm_ranges(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per executor, load and arm: each of ARM_METRICS' median, min and max over the repeats. Which arm
+    wins is the report's to decide against these ranges (report/cluster.py), not a median's."""
+    g = runs.groupby(["executor", "load", "arm"], sort=False)[ARM_METRICS]
+    return pd.concat([g.median(), g.min().add_suffix("_min"), g.max().add_suffix("_max")], axis=1).reset_index()
 
 
 def run(p: ClusterParams, profile: Path, capacity_csv: Path, out_dir: Path, table_path: Path) -> None:
@@ -110,10 +110,10 @@ def run(p: ClusterParams, profile: Path, capacity_csv: Path, out_dir: Path, tabl
     table = paired.merge(floor[["point", "metric", "median_rel_error", "p90_rel_error"]], on=["point", "metric"],
                          how="left", suffixes=("", "_floor"))
     table = table[table.metric.isin(["ttft", "e2e"])]
-    wins = winners(runs)
+    arms = arm_ranges(runs)
     runs.to_csv(out_dir / "runs.csv", index=False, float_format="%.6g")
     table.to_csv(out_dir / "paired.csv", index=False, float_format="%.4g")
-    wins.to_csv(out_dir / "winners.csv", index=False, float_format="%.4g")
+    arms.to_csv(out_dir / "arms.csv", index=False, float_format="%.4g")
     res.requests.to_csv(out_dir / "requests_measured.csv", index=False, float_format="%.6g")
     lines = {"measured": res.conditions[0], "simulated": sim_conditions_line(cfgs[-1]),
              "shm link": link_conditions(model), "capacity_req_per_s": f"{capacity:.4g}",
@@ -125,22 +125,27 @@ def run(p: ClusterParams, profile: Path, capacity_csv: Path, out_dir: Path, tabl
     for row in table.itertuples():
         metrics[f"{row.point} {row.metric} paired median error"] = row.median_rel_error
         metrics[f"{row.point} {row.metric} floor median error"] = row.median_rel_error_floor
-    for row in wins[wins.wins].itertuples():
-        metrics[f"{row.executor} winner at load {row.load:g}"] = row.arm
+    for row in arms[arms.executor == "measured"].itertuples():
+        for metric in ARM_METRICS:
+            metrics[f"measured {row.arm} load {row.load:g} {metric} median"] = getattr(row, metric)
     write_json(out_dir / "metrics.json", metrics)
-    md = markdown(table, wins, fit, lines)
+    md = markdown(table, arms, fit, lines)
     write_text(table_path, md)
     print(md)
 
 
-def markdown(table: pd.DataFrame, wins: pd.DataFrame, fit, lines: dict[str, str]) -> str:
-    out = ["# The measured cluster: three arms on two cores, and their simulated twins", ""]
-    for load, g in wins[wins.executor == "measured"].groupby("load"):
-        sim = wins[(wins.executor == "simulated") & (wins.load == load) & wins.wins].arm.tolist()
-        best = g[g.wins].iloc[0]
-        out.append(f"- Load {load:g}: **{best.arm}** wins measured ({WIN_METRIC} {best[WIN_METRIC]:.3f}; "
-                   + ", ".join(f"{r.arm} {r[WIN_METRIC]:.3f}" for _, r in g.iterrows())
-                   + f"); the simulation picks {sim[0] if sim else 'none'}.")
+def markdown(table: pd.DataFrame, arms: pd.DataFrame, fit, lines: dict[str, str]) -> str:
+    out = ["# The measured cluster: three arms on two cores, and their simulated twins", "",
+           "Per load, each arm's median [min-max] over the measured repeats, then the simulated twin "
+           "(REPORT.md decides which arm wins against these ranges):", ""]
+    for (executor, load), g in arms.groupby(["executor", "load"], sort=False):
+        out.append(f"- {executor}, load {load:g}: share in SLO " + ", ".join(
+            f"{r.arm} {r.slo_attainment:.0%} [{r.slo_attainment_min:.0%}-{r.slo_attainment_max:.0%}]"
+            for r in g.itertuples()) + "; TTFT p50 " + ", ".join(
+            f"{r.arm} {1e3 * r.ttft_p50_s:.1f} [{1e3 * r.ttft_p50_s_min:.1f}-{1e3 * r.ttft_p50_s_max:.1f}]"
+            for r in g.itertuples()) + " ms; TPOT p50 " + ", ".join(
+            f"{r.arm} {1e3 * r.tpot_p50_s:.2f} [{1e3 * r.tpot_p50_s_min:.2f}-{1e3 * r.tpot_p50_s_max:.2f}]"
+            for r in g.itertuples()) + " ms")
     out += ["", "| point | metric | sim vs measured (median) | p90 | floor: repeat vs repeat (median) | n |",
             "|---|---|---|---|---|---|"]
     for r in table.itertuples():
