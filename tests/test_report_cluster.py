@@ -46,6 +46,7 @@ def test_arms_that_all_meet_the_slo_tie_on_it_and_the_line_says_so():
     assert arm_winner(measured, "slo_attainment", True) == NOISE
     line = load_findings(measured, measured.assign(executor="simulated"), 0.9)
     assert "share in SLO" in line and "within noise" in line and "**2 replicas (a core each)** wins" in line
+    assert "the simulated twins tie single and replicas and pd" in line
 
 
 def test_without_the_stage_the_section_says_it_did_not_run(tmp_path):

@@ -38,7 +38,9 @@ SPLIT_CLAIM = "splitting a 1536-token prefill into 24 x 64 is faster than one pa
 
 def _fmt(value: float, unit: str) -> str:
     """value in the metric's own unit (seconds for a latency) as the claim prints it."""
-    return f"{1e3 * value:.1f} ms" if unit == "ms" else f"{value:.3f} {unit}"
+    if unit == "ms":  # two decimals under 10 ms: per-gap ITL differs in hundredths between budgets
+        return f"{1e3 * value:.2f} ms" if abs(value) < 0.01 else f"{1e3 * value:.1f} ms"
+    return f"{value:.3f} {unit}"
 
 
 def decide(smaller: pd.Series, larger: pd.Series, smaller_budget: str) -> str:

@@ -46,7 +46,14 @@ def _ranges(runs: pd.DataFrame, metric: str, unit: str, scale: float) -> str:
 
 
 def _sim_first(sim: pd.DataFrame, metric: str, higher_is_better: bool) -> str:
-    return sim.sort_values(metric, ascending=not higher_is_better)["arm"].iloc[0] if len(sim) else "none"
+    """What the simulated twins (one run per arm) say: the arm they put first, or that the top arms tie."""
+    if sim.empty:
+        return "the simulated twins did not run"
+    ranked = sim.sort_values(metric, ascending=not higher_is_better)
+    if len(ranked) > 1 and ranked[metric].iloc[0] == ranked[metric].iloc[1]:
+        top = ranked.loc[ranked[metric] == ranked[metric].iloc[0], "arm"]
+        return "the simulated twins tie " + " and ".join(dict.fromkeys(top))
+    return f"the simulated twins put {ranked['arm'].iloc[0]} first"
 
 
 def load_findings(measured: pd.DataFrame, simulated: pd.DataFrame, load: float) -> str:
@@ -56,7 +63,7 @@ def load_findings(measured: pd.DataFrame, simulated: pd.DataFrame, load: float) 
         win = arm_winner(measured, metric, higher)
         said = f"**{ARM_NAMES.get(win, win)}** wins" if win != NOISE else "the arms are within noise of each other"
         sim = _sim_first(simulated, metric, higher)
-        parts.append(f"{name} {_ranges(measured, metric, unit, scale)}: {said}; the simulated twins put {sim} first")
+        parts.append(f"{name} {_ranges(measured, metric, unit, scale)}: {said}; {sim}")
     return f"- Load {load:g} of the measured capacity (MEASURED, median [min-max] over repeats): " + "; ".join(parts) + "."
 
 
