@@ -49,5 +49,14 @@ def test_arms_that_all_meet_the_slo_tie_on_it_and_the_line_says_so():
     assert "the simulated twins tie single and replicas and pd" in line
 
 
+def test_two_arms_level_ahead_of_a_third_are_said_to_tie_ahead_of_it():
+    measured = runs({"single": [1.0, 1.0], "replicas": [1.0, 1.0], "pd": [0.8, 0.93]},
+                    {"single": [0.09, 0.1], "replicas": [0.02, 0.1], "pd": [0.5, 0.53]})
+    assert arm_winner(measured, "slo_attainment", True) == NOISE
+    line = load_findings(measured, measured.assign(executor="simulated"), 1.2)
+    assert ("share in SLO single 100 [100-100], replicas 100 [100-100], pd 86 [80-93] %: **one engine on both cores "
+            "and 2 replicas (a core each)** tie (within noise) ahead of 1 prefill + 1 decode") in line
+
+
 def test_without_the_stage_the_section_says_it_did_not_run(tmp_path):
     assert "has not run" in cluster_findings(tmp_path)[0]

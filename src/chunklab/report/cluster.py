@@ -23,17 +23,34 @@ METRICS = (("slo_attainment", "share in SLO", True, "%", 100.0), ("ttft_p50_s", 
 MAP_SIDE = {"replicas": "colocated", "pd": "disaggregated"}  # the measured arms the production maps compare
 
 
-def arm_winner(runs: pd.DataFrame, metric: str, higher_is_better: bool) -> str:
-    """The arm whose range over repeats clears every other arm's range in the better direction; NOISE otherwise.
-    runs: one load's measured runs (columns arm and metric)."""
+def leaders(runs: pd.DataFrame, metric: str, higher_is_better: bool) -> tuple[list[str], list[str]]:
+    """(leaders, behind): the arm with the best median and every arm whose range over repeats overlaps
+    its range, then the arms whose ranges it clears. runs: one load's measured runs (columns arm, metric)."""
     values = {arm: g[metric].dropna() for arm, g in runs.groupby("arm", sort=False)}
     values = {arm: v for arm, v in values.items() if len(v)}
-    if len(values) < 2:
-        return NOISE
     ranked = sorted(values, key=lambda a: values[a].median(), reverse=higher_is_better)
-    best, rest = values[ranked[0]], [values[a] for a in ranked[1:]]
-    clears = all(best.min() > v.max() for v in rest) if higher_is_better else all(best.max() < v.min() for v in rest)
-    return ranked[0] if clears else NOISE
+    if not ranked:
+        return [], []
+    best = values[ranked[0]]
+    cleared = (lambda v: best.min() > v.max()) if higher_is_better else (lambda v: best.max() < v.min())
+    behind = [a for a in ranked[1:] if cleared(values[a])]
+    return [a for a in ranked if a not in behind], behind
+
+
+def arm_winner(runs: pd.DataFrame, metric: str, higher_is_better: bool) -> str:
+    """The arm whose range over repeats clears every other arm's range in the better direction; NOISE otherwise."""
+    ahead, behind = leaders(runs, metric, higher_is_better)
+    return ahead[0] if len(ahead) == 1 and behind else NOISE
+
+
+def _verdict(runs: pd.DataFrame, metric: str, higher_is_better: bool) -> str:
+    ahead, behind = leaders(runs, metric, higher_is_better)
+    name = lambda arms: " and ".join(ARM_NAMES.get(a, a) for a in arms)  # noqa: E731
+    if not behind:
+        return "the arms are within noise of each other"
+    if len(ahead) == 1:
+        return f"**{name(ahead)}** wins"
+    return f"**{name(ahead)}** tie (within noise) ahead of {name(behind)}"
 
 
 def _ranges(runs: pd.DataFrame, metric: str, unit: str, scale: float) -> str:
@@ -60,8 +77,7 @@ def load_findings(measured: pd.DataFrame, simulated: pd.DataFrame, load: float) 
     """One line for one load: each metric's ranges, its measured winner (or within noise), the twins' first."""
     parts = []
     for metric, name, higher, unit, scale in METRICS:
-        win = arm_winner(measured, metric, higher)
-        said = f"**{ARM_NAMES.get(win, win)}** wins" if win != NOISE else "the arms are within noise of each other"
+        said = _verdict(measured, metric, higher)
         sim = _sim_first(simulated, metric, higher)
         parts.append(f"{name} {_ranges(measured, metric, unit, scale)}: {said}; {sim}")
     return f"- Load {load:g} of the measured capacity (MEASURED, median [min-max] over repeats): " + "; ".join(parts) + "."

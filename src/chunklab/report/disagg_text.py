@@ -36,7 +36,8 @@ def table_of(c: dict, capacity: pd.DataFrame, cells: pd.DataFrame) -> list[str]:
             f"{', '.join(map(str, c['gpus']))} GPUs, N colocated replicas (chunked, budget tuned per point over "
             f"{c['budgets']}, router {c['router']}) against every xP/yD split with x + y = N (prefill budget "
             f"{c['prefill_budget']}: whole prompts), each split over each link: {links}. Workloads: "
-            f"{', '.join(c['workloads'])}; {c['num_requests']} requests per run (the trace: its first rows, "
+            f"{', '.join(c['workloads'])}; requests per run on N GPUs: "
+            f"{', '.join(f'{n}: {k}' for n, k in c['requests_per_run'].items())} (the same per GPU; the trace: its first rows, "
             f"compressed to the rate), seed {c['seed']}; {len(runs)} runs, each judged against every SLO set.",
             f"SLO sets (per request, TTFT and mean TPOT; chosen to span the regimes TaiChi names, the seconds "
             f"ours, scaled per pair to its decode step; conf/slo/disagg_*.yaml): {seconds}.",

@@ -49,9 +49,16 @@ def slo_sets(p: SimDisaggParams, model: str, hardware: str, scale: float) -> dic
             for name in p.slos}
 
 
-def base_config(model: str, hardware: str, workload: str, p: SimDisaggParams, topology: tuple[str, ...]) -> RunConfig:
+def requests_per_run(p: SimDisaggParams, gpus: int) -> int:
+    """Requests of a run on `gpus` GPUs: num_requests at the smallest N, scaled with N, so every N serves
+    as many requests per GPU (a fixed count would make the runs on 8 GPUs too short to queue)."""
+    return p.num_requests * gpus // min(p.gpus)
+
+
+def base_config(model: str, hardware: str, workload: str, p: SimDisaggParams, topology: tuple[str, ...],
+                num_requests: int) -> RunConfig:
     return compose_run_config(["engine=simulated", "tracking=none", f"model={model}", f"hardware={hardware}",
-                               f"workload={workload}", f"workload.num_requests={p.num_requests}",
+                               f"workload={workload}", f"workload.num_requests={num_requests}",
                                f"workload.seed={p.seed}", f"router={p.router}", *topology, *p.overrides])
 
 
@@ -93,7 +100,7 @@ def run(p: SimDisaggParams, out_dir: Path) -> None:
                          f"must be among loads {p.loads}")
     out_dir.mkdir(parents=True, exist_ok=True)
     cases = list(itertools.product(p.pairs, p.workloads))
-    bases = {(m, h, w): base_config(m, h, w, p, ("topology=replicas",)) for (m, h, _), w in cases}
+    bases = {(m, h, w): base_config(m, h, w, p, ("topology=replicas",), p.num_requests) for (m, h, _), w in cases}
     slos = {(m, h): slo_sets(p, m, h, scale) for m, h, scale in p.pairs}
     jobs = [(dataclasses.replace(configure(bases[m, h, w], {}, 1, topologies(p, 1)[0]), slo=slos[m, h][p.capacity_slo]),
              p) for (m, h, _), w in cases]
@@ -108,13 +115,18 @@ def run(p: SimDisaggParams, out_dir: Path) -> None:
                              f"slo={p.capacity_slo}: an SLO it cannot meet on one GPU")
     keys, cfgs = [], []
     for ((m, h, _), w), cap in zip(cases, caps):
-        split = {link: base_config(m, h, w, p, ("topology=disaggregated", f"link={link}")) for link in p.links}
-        trace_rate = natural_rate(bases[m, h, w]) if bases[m, h, w].workload.kind == "trace" else None
-        for n, load in itertools.product(p.gpus, p.loads):
-            rate = load * n * cap["capacity_req_per_s"]
-            for t in topologies(p, n):
-                keys.append({"model": m, "hardware": h, "gpus": n, "workload": w, "load": load, "rate_per_s": rate} | t)
-                cfgs.append(at_rate(configure(bases[m, h, w], split, n, t), rate, p.seed, trace_rate))
+        for n in p.gpus:
+            count = requests_per_run(p, n)
+            colocated = base_config(m, h, w, p, ("topology=replicas",), count)
+            split = {link: base_config(m, h, w, p, ("topology=disaggregated", f"link={link}"), count)
+                     for link in p.links}
+            trace_rate = natural_rate(colocated) if colocated.workload.kind == "trace" else None
+            for load in p.loads:
+                rate = load * n * cap["capacity_req_per_s"]
+                for t in topologies(p, n):
+                    keys.append({"model": m, "hardware": h, "gpus": n, "workload": w, "load": load,
+                                 "rate_per_s": rate} | t)
+                    cfgs.append(at_rate(configure(colocated, split, n, t), rate, p.seed, trace_rate))
     summaries = simulate_many([(c, slos[k["model"], k["hardware"]]) for k, c in zip(keys, cfgs)], p.processes,
                               fn=judged)
     cells = tidy(keys, summaries, slos)
@@ -133,6 +145,7 @@ def conditions(p: SimDisaggParams, slos: dict[tuple[str, str], dict[str, SloConf
     """What the report needs to say what was compared: the grid, each pair's SLO seconds, each link."""
     return dataclasses.asdict(p) | {
         "min_colocated_share": MIN_COLOCATED_SHARE,
+        "requests_per_run": {str(n): requests_per_run(p, n) for n in p.gpus},
         "slo_seconds": {f"{m} on {h}": {name: dataclasses.asdict(s) for name, s in sets.items()}
                         for (m, h), sets in slos.items()},
         "link_presets": {name: dataclasses.asdict(cfg.link) for name, cfg in split.items()}}
