@@ -12,6 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chunklab.tracking.naming import run_name
+
 from chunklab.app import run_experiment
 from chunklab.cluster.phases import PHASES, phase_seconds
 from chunklab.cluster.routers import ROUTERS, make_router
@@ -302,3 +304,14 @@ def test_events_at_one_instant_apply_step_ends_then_transfers_then_arrivals(cfgs
     where = second.placements[requests[0].request_id]
     assert where.transfer_end_s == where.transfer_start_s == instant
     assert all(s.is_done for s in second.result.sequences)
+
+
+def test_an_mlflow_run_of_a_cluster_is_named_by_its_topology():
+    def name(*overrides):
+        return run_name(compose_run_config(["engine=simulated", "tracking=none", *overrides]), [], [], None)
+
+    assert name() == "ch10_mixed budget=512 (simulated)"
+    assert name("topology=replicas", "topology.replicas=4", "router=least_outstanding") == \
+        "ch10_mixed budget=512 4 replicas least_outstanding_requests (simulated)"
+    assert name("topology=disaggregated", "topology.prefill=2", "topology.decode=3") .startswith(
+        "ch10_mixed budget=512 2P3D ")

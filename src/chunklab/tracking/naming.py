@@ -21,4 +21,15 @@ def run_name(cfg: RunConfig, job_overrides: list[str], varying: list[str], exper
     values = dict(o.lstrip("+~").split("=", 1) for o in job_overrides if "=" in o)
     parts = [f"{key.split('.')[-1].split('/')[-1]}={values[key]}" for key in varying if key in values]
     name = " ".join(parts) or experiment or f"{cfg.workload.name} budget={cfg.scheduler.budget}"
+    name = f"{name} {topology_label(cfg)}".rstrip()
     return f"{name} (simulated)" if cfg.engine.executor == "simulated" else name
+
+
+def topology_label(cfg: RunConfig) -> str:
+    """'' for one engine; else the instances and the router (and the link of a P/D cluster)."""
+    t = cfg.topology
+    if t.name == "replicas":
+        return f"{t.replicas} replicas {cfg.router.name}"
+    if t.name == "disaggregated":
+        return f"{t.prefill}P{t.decode}D {cfg.router.name} {cfg.link.name}"
+    return ""
