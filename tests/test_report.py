@@ -5,7 +5,8 @@ import json
 import pandas as pd
 
 from chunklab.report.claims import FAILS, HOLDS, NA, NOISE, budget_verdicts, decide, split_verdicts
-from chunklab.report.writeup import chapter_metrics, claim_findings, other_machine, repro_cpu
+from chunklab.report.claim_text import chapter_metrics, claim_findings
+from chunklab.report.writeup import other_machine, repro_cpu
 
 ZEN5 = "AMD EPYC (family 26 model 2 stepping 0, avx512, L2 1024 KiB, L3 32 MiB)"
 AVX2 = "AMD EPYC (family 23 model 1 stepping 2, avx2, L2 512 KiB, L3 8 MiB)"

@@ -7,7 +7,7 @@ move one way when the budget shrinks. The verdict is
 - "within noise": the ranges overlap (the repeats disagree by more than the budgets do);
 - "n/a": fewer than two budgets, or no repeat with the metric, at that load.
 The evidence names the numbers that decided it. Nothing here reads a file: the report stage builds
-the tables (report/writeup.py) and prints what these functions return.
+the tables (report/claim_text.py) and prints what these functions return.
 """
 from __future__ import annotations
 

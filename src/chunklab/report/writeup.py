@@ -7,11 +7,12 @@ from pathlib import Path
 import pandas as pd
 
 from chunklab.report import chapter
-from chunklab.report.claims import HOLDS, NA, SCORE, budget_verdicts, split_verdicts, verdict_table
-from chunklab.report.disagg_text import disagg_metrics, disagg_section
-from chunklab.report.peer import peer_findings
+from chunklab.report.claim_text import claim_findings, measured_capacity
+from chunklab.report.claims import HOLDS, split_verdicts
 from chunklab.report.cluster import cluster_findings
-from chunklab.report.production import production_findings, production_metrics
+from chunklab.report.disagg_text import disagg_section
+from chunklab.report.peer import peer_findings
+from chunklab.report.production import production_findings
 
 
 def _med(runs: pd.DataFrame, size: str, budget: int, key: str) -> float:
@@ -71,87 +72,6 @@ def budget_findings(runs: pd.DataFrame, size: str) -> list[str]:
         f"{1e3 * m(hi, 'tpot_p50_s'):.1f} ms at {hi} and {1e3 * m(lo, 'tpot_p50_s'):.1f} ms at {lo}; the true "
         f"per-gap p50 is {1e3 * m(hi, 'itl_p50_s'):.1f} / {1e3 * m(lo, 'itl_p50_s'):.1f} ms.",
     ]
-
-
-def measured_capacity(outputs: Path) -> float | None:
-    """This machine's measured capacity (req/s) from the capacity stage, None without it."""
-    path = outputs / "capacity" / "measured_vs_simulated.csv"
-    return float(pd.read_csv(path)["measured_req_per_s"].iloc[0]) if path.is_file() else None
-
-
-def grid_runs(outputs: Path) -> pd.DataFrame:
-    """The fidelity stage's measured runs of the ch10 mix (each budget at each load of the measured
-    capacity), labelled by load; empty without them."""
-    path = outputs / "fidelity" / "runs.csv"
-    if not path.is_file():
-        return pd.DataFrame()
-    fid = pd.read_csv(path)
-    fid = fid[(fid["executor"] == "torch") & fid["load"].notna()]
-    return fid.assign(load=[f"load {x:g} of the measured capacity ({r:.2f} req/s)"
-                            for x, r in zip(fid["load"], fid["rate_per_s"])])
-
-
-def claim_runs(runs: pd.DataFrame, outputs: Path) -> pd.DataFrame:
-    """Every measured run that can decide a budget claim, labelled by its load: the token-budget
-    stage's repeats at the chapter's rate, and the fidelity stage's grid."""
-    capacity = measured_capacity(outputs)
-    large = runs[(runs["size"] == "large") & (runs["intensity"] == runs["intensity"].iloc[0])]
-    repeated = large["seed"].value_counts().idxmax()  # the seed the stage repeats (its others ran once)
-    rate = float(large["rate_per_s"].iloc[0])
-    share = f", {rate / capacity:.2f} of the measured capacity" if capacity else ""
-    frames = [large[large["seed"] == repeated].assign(load=f"{rate:g} req/s (the chapter's rate{share})")]
-    return pd.concat(frames + [grid_runs(outputs)], ignore_index=True)
-
-
-def prefill_step_share(claims: pd.DataFrame) -> str:
-    """The share of steps that carry prefill tokens, per load and budget (median over repeats): near 1,
-    a prefill is always in flight (the chapter's explanation of when chunking loses)."""
-    if "prefill_step_share" not in claims or claims["prefill_step_share"].isna().all():
-        return ""
-    share = claims.groupby(["load", "budget"], sort=False)["prefill_step_share"].median().unstack("budget")
-    share = (100 * share).round(0).astype("Int64").astype(str) + "%"
-    share.columns = [f"budget {b}" for b in share.columns]
-    return ("Steps that carry prefill tokens (median over repeats), the chapter's explanation of when chunking "
-            "loses:\n\n" + share.reset_index().rename(columns={"load": "where"}).to_markdown(index=False))
-
-
-def all_verdicts(runs: pd.DataFrame, split: pd.DataFrame, outputs: Path) -> pd.DataFrame:
-    return pd.concat([budget_verdicts(claim_runs(runs, outputs)), split_verdicts(split)], ignore_index=True)
-
-
-def chapter_metrics(runs: pd.DataFrame, split: pd.DataFrame, outputs: Path) -> dict:
-    """The chapter's headline numbers for `dvc metrics show`: each decided verdict as 1 (holds), 0 (within
-    noise) or -1 (does not hold), the paged prefill's 24 x 64 over one pass, and this machine's measured
-    capacity with the chapter's rate as a share of it, and the production-scale answer (simulated)."""
-    out: dict[str, float] = {}
-    for v in all_verdicts(runs, split, outputs).itertuples():
-        if v.verdict in SCORE:
-            out[f"verdict: {v.claim} ({v.load})"] = SCORE[v.verdict]
-    ms = {(r.attention, r.passes): r.median_ms for r in split.itertuples()}
-    if ("paged", 1) in ms and ("paged", 24) in ms:
-        out["prefill split: paged 24 x 64 over one pass"] = round(ms[("paged", 24)] / ms[("paged", 1)], 4)
-    capacity = measured_capacity(outputs)
-    if capacity:
-        out["measured capacity at budget 512 (req/s)"] = capacity
-        out["chapter's rate over measured capacity"] = round(float(runs["rate_per_s"].iloc[0]) / capacity, 4)
-    return out | production_metrics(outputs) | disagg_metrics(outputs)
-
-
-def claim_findings(runs: pd.DataFrame, split: pd.DataFrame, outputs: Path) -> list[str]:
-    verdicts = all_verdicts(runs, split, outputs)
-    undecided = list(dict.fromkeys(verdicts.loc[verdicts["verdict"] == NA, "load"]))
-    verdicts = verdicts[verdicts["verdict"] != NA]
-    lines = ["### The chapter's claims, decided by the data (measured)",
-             "Each claim compares the smallest budget measured at a load with the largest: **holds** when "
-             "their ranges over repeated runs do not overlap and the medians move as the chapter says, **does "
-             "not hold** when they move the other way, **within noise** when the repeats' ranges overlap.",
-             verdict_table(verdicts)]
-    if undecided:
-        lines.append(f"No verdict at {', '.join(undecided)}: one budget was measured there.")
-    share = prefill_step_share(claim_runs(runs, outputs))
-    if share:
-        lines.append(share)
-    return lines
 
 
 def comparison(runs: pd.DataFrame) -> str:

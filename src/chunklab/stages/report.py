@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from chunklab.report import chapter, figures, tables
-from chunklab.report.writeup import chapter_metrics
+from chunklab.report.claim_text import chapter_metrics
 from chunklab.report.writeup import report as writeup
 
 
