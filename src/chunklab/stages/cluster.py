@@ -14,7 +14,6 @@ arms.csv, requests_measured.csv, conditions.json, metrics.json; and the table at
 """
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 from pathlib import Path
@@ -41,8 +40,9 @@ ARM_METRICS = ["slo_attainment", "ttft_p50_s", "tpot_p50_s"]  # per arm and load
 
 
 def link_conditions(model) -> str:
-    return (f"{cpu_model()}, {len(os.sched_getaffinity(0))} cores, sender and receiver each pinned to one, "
-            f"1 torch thread; {model.name} KV, {kv_bytes_per_token(model)} bytes a token, 16-token blocks")
+    return (f"{cpu_model()}, {len(os.sched_getaffinity(0))} cores; the receiver, which copies the blocks out of "
+            f"the sender's shared pool, pinned to one core with 1 torch thread; the sender (this stage's process) "
+            f"unpinned; {model.name} KV, {kv_bytes_per_token(model)} bytes a token, 16-token blocks")
 
 
 def _one_thread_ratio(base: list[str]) -> float:
@@ -119,7 +119,7 @@ def run(p: ClusterParams, profile: Path, capacity_csv: Path, out_dir: Path, tabl
              "shm link": link_conditions(model), "capacity_req_per_s": f"{capacity:.4g}",
              "instances' step time scale": f"{scale:.3f} (sentinel on one pinned core and thread {one:.3f}, "
                                            f"on both cores {two:.3f}; the twins of replicas and pd)"}
-    (out_dir / "conditions.json").write_text(json.dumps(lines, indent=2) + "\n")
+    write_json(out_dir / "conditions.json", lines)
     metrics = {"shm_bandwidth_gb_per_s": fit.bandwidth_gb_per_s, "shm_latency_s": fit.latency_s, "shm_r2": fit.r2,
                "one_thread_step_time_scale": scale}
     for row in table.itertuples():

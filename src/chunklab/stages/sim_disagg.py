@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -29,6 +28,7 @@ from chunklab.experiments.compose import compose_run_config
 from chunklab.experiments.load import reference_config
 from chunklab.experiments.simulate import simulate_many, simulate_slos
 from chunklab.model.sizes import kv_bytes_per_token, num_parameters
+from chunklab.stages.common import write_json
 from chunklab.stages.params import SimDisaggParams
 
 MIN_COLOCATED_SHARE = 0.1  # a gain is read only where colocation still serves this share within SLO:
@@ -134,8 +134,8 @@ def run(p: SimDisaggParams, out_dir: Path) -> None:
     capacity.to_csv(out_dir / "capacity.csv", index=False, float_format="%.6g")
     cells.to_csv(out_dir / "cells.csv", index=False, float_format="%.6g")
     winners.to_csv(out_dir / "winners.csv", index=False, float_format="%.6g")
-    (out_dir / "metrics.json").write_text(json.dumps(stage_metrics(winners, len(cfgs)), indent=2) + "\n")
-    (out_dir / "conditions.json").write_text(json.dumps(conditions(p, slos, split), indent=2) + "\n")
+    write_json(out_dir / "metrics.json", stage_metrics(winners, len(cfgs)))
+    write_json(out_dir / "conditions.json", conditions(p, slos, split))
     print(f"[sim_disagg] {len(cfgs)} runs, {len(winners)} points: " + ", ".join(
         f"{k} {v}" for k, v in winners["winner"].value_counts().sort_index().items()), flush=True)
 

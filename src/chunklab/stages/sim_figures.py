@@ -12,6 +12,8 @@ Writes under out_dir (outputs/plots):
 """
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 
 import pandas as pd
@@ -80,12 +82,13 @@ def coinciding(probes: pd.DataFrame) -> str:
 def draw_disagg_maps(p: Params, disagg: Path, sim_dir: Path) -> None:
     """One map per model/device pair and KV link (sim_disagg's winners.csv)."""
     winners, q = pd.read_csv(disagg / "winners.csv"), p.sim_disagg
-    per_gpu = q.num_requests // min(q.gpus)  # sim_disagg.requests_per_run: the same requests per GPU at every N
+    per_run = json.loads((disagg / "conditions.json").read_text())["requests_per_run"]  # {N: requests}
+    per_gpu = ", ".join(f"{k} on {n} GPUs" for n, k in per_run.items())
     for (model, hardware, link), w in winners.groupby(["model", "hardware", "link"], sort=False):
         winner_map(w, sim_dir / f"disagg_{model}_{hardware}_{link}.png",
                    f"SIMULATED: {model} on {hardware}, KV over {link}: best prefill/decode split against best "
                    "colocated replicas, goodput per GPU",
                    f"The roofline cost model of the {hardware} preset. Load: the offered rate over N x one GPU's "
-                   f"capacity (budget 512, >= {q.target:.0%} of requests within {q.capacity_slo}). N x {per_gpu} "
+                   f"capacity (budget 512, >= {q.target:.0%} of requests within {q.capacity_slo}). {per_gpu} "
                    f"requests per run; colocated budget tuned over {q.budgets}; a lead under {q.tie_margin:.0%} is "
                    "a tie (a modelling margin). Cell: the winner and its lead.")
