@@ -89,6 +89,6 @@ def draw_disagg_maps(p: Params, disagg: Path, sim_dir: Path) -> None:
                    f"SIMULATED: {model} on {hardware}, KV over {link}: best prefill/decode split against best "
                    "colocated replicas, goodput per GPU",
                    f"The roofline cost model of the {hardware} preset. Load: the offered rate over N x one GPU's "
-                   f"capacity (budget 512, >= {q.target:.0%} of requests within {q.capacity_slo}). {per_gpu} "
-                   f"requests per run; colocated budget tuned over {q.budgets}; a lead under {q.tie_margin:.0%} is "
+                   f"capacity (budget 512, >= {q.target:.0%} of requests within {q.capacity_slo}). Requests per run: "
+                   f"{per_gpu}; colocated budget tuned over {q.budgets}; a lead under {q.tie_margin:.0%} is "
                    "a tie (a modelling margin). Cell: the winner and its lead.")
