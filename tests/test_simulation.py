@@ -272,3 +272,18 @@ def test_exact_sh_holds_numpy_and_openblas_to_one_vector_path_whatever_the_calle
         assert all(arch == "Haswell" for api, arch, _ in seen["blas"] if api == "openblas"), seen
     else:
         assert "lacks AVX2/FMA" in run.stderr
+
+
+def _square(x: int) -> int:  # a pool task: top level, so it pickles
+    return x * x
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_simulate_many_keeps_order_and_reports_a_labelled_grid_on_stderr(capsys, processes):
+    from chunklab.experiments.simulate import simulate_many
+
+    assert simulate_many(list(range(20)), processes, fn=_square) == [x * x for x in range(20)]
+    assert capsys.readouterr().err == ""  # unlabelled (a search's probes): silent
+    assert simulate_many(list(range(20)), processes, fn=_square, label="grid") == [x * x for x in range(20)]
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" (")[0] for line in lines] == [f"[grid] run {k}/20" for k in range(2, 21, 2)]

@@ -185,18 +185,25 @@ class Scheduler:
         return plan
 
     def _running_in(self, phase: Phase):
-        """Running sequences in `phase`, oldest first, while budget is left. Iterates a snapshot and
-        skips any that a preemption (by _make_room) has since taken out of the running set."""
+        """Running sequences in `phase`, oldest first, while budget is left. Iterates a snapshot; a
+        sequence that a preemption (by _make_room) has since taken out of the running set is WAITING,
+        so the phase test skips it."""
         for seq in list(self._running):
             if self._budget_left < 1:
                 return
-            if seq.phase is phase and seq in self._running:
+            if seq.phase is phase:
                 yield seq
 
     def _schedule_decodes(self, plan: StepPlan) -> None:
-        for seq in self._running_in(Phase.DECODING):
-            if self._make_room(seq, 1, plan) == 1:
-                plan.decodes.append(seq)
+        # The simulator's hottest loop (one pass per running decode per step): the common case, a
+        # token that fits the sequence's own blocks, is tested inline before _make_room.
+        fits_own_blocks = self.block_manager.fits_own_blocks
+        decodes = plan.decodes
+        for seq in list(self._running):  # as _running_in(DECODING), unrolled
+            if self._budget_left < 1:
+                return
+            if seq.phase is Phase.DECODING and (fits_own_blocks(seq, 1) or self._make_room(seq, 1, plan) == 1):
+                decodes.append(seq)
                 self._budget_left -= 1
 
     def _schedule_running_prefills(self, plan: StepPlan) -> None:

@@ -97,7 +97,7 @@ class Sequence:
         """Record a sampled token; leaves prefill, and finishes at the output length."""
         self.output_token_ids.append(token_id)
         self.token_times_s.append(time_s)
-        if self.num_output_tokens >= self.request.max_output_tokens:
+        if len(self.output_token_ids) >= self.request.max_output_tokens:
             self.phase = Phase.FINISHED
             self.finish_s = time_s
         else:

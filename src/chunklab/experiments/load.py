@@ -20,7 +20,7 @@ from chunklab.engine.cost_models import cost_model_for
 from chunklab.experiments.capacity import search
 from chunklab.paths import in_project
 
-CAPACITY_SEEDS = [1, 2, 3]  # as the sim stages' (params.yaml sim.seeds): load 1.0 = their capacity
+CAPACITY_SEEDS = [1, 2]  # as the sim stages' (params.yaml sim.seeds): load 1.0 = their capacity
 CAPACITY_REQUESTS = int(os.environ.get("CHUNKLAB_CAPACITY_REQUESTS", "2000"))  # fewer only in smoke tests
 CAPACITY_TARGET = 0.9
 CACHE_DIR = Path(".cache") / "capacity"  # in the project directory (chunklab.paths)

@@ -3,12 +3,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 from pathlib import Path
 
 import pandas as pd
 
 from chunklab.paths import project_dir
 from chunklab.stages.params import Params, ParamsError, load_params
+
+
+class Progress:
+    """A long stage's progress on stderr: `[stage] part k/n: what (elapsed s)`, one line as each part
+    starts, so a user sees where a repro spends its minutes."""
+
+    def __init__(self, stage: str, num_parts: int):
+        self.stage, self.num_parts, self.done = stage, num_parts, 0
+        self.start_s = time.monotonic()
+
+    def part(self, what: str) -> None:
+        self.done += 1
+        print(f"[{self.stage}] part {self.done}/{self.num_parts}: {what} ({time.monotonic() - self.start_s:.0f} s)",
+              file=sys.stderr, flush=True)
 
 
 def arguments(doc: str, *paths: str, argv: list[str] | None = None) -> argparse.Namespace:

@@ -17,14 +17,15 @@ from chunklab.config import EngineConfig
 from chunklab.experiments.compose import compose_run_config
 from chunklab.metrics.conditions import conditions, conditions_line
 from chunklab.peers import compare, vllm_peer
-from chunklab.stages.common import write_json, write_text
+from chunklab.stages.common import Progress, write_json, write_text
 from chunklab.stages.params import PerfParams
-from chunklab.stages.perf_limits import AFTER, BEFORE, limits, row
+from chunklab.stages.perf_limits import AFTER, BEFORE, LIMIT_PARTS, limits, row
 from chunklab.stages.perf_process import run_process
 
 
-def simulator(p: PerfParams) -> list[dict]:
-    """The simulated engine against the real one on the same run, and on a whole real trace."""
+def simulator(p: PerfParams, progress: Progress) -> list[dict]:
+    """The simulated engine against the real one on the same run, and on a whole real trace (2 parts)."""
+    progress.part(f"the ch10 run real and simulated, {p.sim_requests} requests")
     base = ["tracking=none", "tracking.progress=false", f"workload.num_requests={p.sim_requests}",
             *p.overrides]
     walls = {}
@@ -40,6 +41,7 @@ def simulator(p: PerfParams) -> list[dict]:
                 times.append(time.perf_counter() - t0)
             walls[executor] = statistics.median(times)
     n = p.sim_trace_rows
+    progress.part("the conversation trace simulated in a fresh process")
     rss, wall = run_process(["engine=simulated", "workload=azure_conv",
                              f"workload.num_requests={'null' if n is None else n}", *p.trace_overrides])
     rows = "every row" if n is None else f"{n} rows"
@@ -54,7 +56,8 @@ def simulator(p: PerfParams) -> list[dict]:
     ]
 
 
-def end_to_end(p: PerfParams) -> pd.DataFrame:
+def end_to_end(p: PerfParams, progress: Progress) -> pd.DataFrame:
+    progress.part(f"the chapter's trace at budgets {p.budgets}, replay and wall clocks")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for clock in ("replay", "wall"):
@@ -104,8 +107,10 @@ def run(p: PerfParams, profile: Path, csv_path: Path, vs_vllm_path: Path, end_to
     named = f"engine.profile={profile}"
     p = dataclasses.replace(p, overrides=[named, *p.overrides], trace_overrides=[named, *p.trace_overrides])
     cfg = compose_run_config(p.overrides)
-    ratios = pd.DataFrame(limits(p, cfg) + simulator(p))
-    e2e = end_to_end(p)
+    progress = Progress("perf", LIMIT_PARTS + p.time_build + 4)
+    ratios = pd.DataFrame(limits(p, cfg, progress) + simulator(p, progress))
+    e2e = end_to_end(p, progress)
+    progress.part("against vLLM's CPU build (when installed)")
     peer, peer_note = against_vllm(p, cfg)
     csv_path.parent.mkdir(parents=True, exist_ok=True)
     ratios.to_csv(csv_path, index=False)

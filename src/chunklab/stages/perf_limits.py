@@ -11,6 +11,7 @@ import time
 
 from chunklab import bench
 from chunklab.peers import compare
+from chunklab.stages.common import Progress
 from chunklab.stages.params import PerfParams
 from chunklab.stages.perf_process import peak_rss_mb
 
@@ -86,13 +87,20 @@ def fused_build_s() -> float:
         return time.perf_counter() - t0
 
 
-def limits(p: PerfParams, cfg) -> list[dict]:
+LIMIT_PARTS = 5  # progress parts of limits() without the build
+
+
+def limits(p: PerfParams, cfg, progress: Progress) -> list[dict]:
+    """The engine against this machine's limits; LIMIT_PARTS (+1 with p.time_build) progress parts."""
     m = cfg.model
     n, chunk, ctx = p.prompt_tokens, p.chunk_tokens, p.decode_context
+    progress.part("GEMM peaks and memory bandwidth")
     peaks_before, bw_before = bench.gemm_peaks(m, n), bench.memory_bandwidth_gbs()
+    progress.part(f"prefill splits, {p.repeats} rounds")
     rounds, flops = prefill(m, p), bench.prefill_flops(m, n)
     pre, fraction, ratio = paired(rounds, flops)
     prefill_gflops = {k: flops / one / 1e9 for k, (one, _) in pre.items()}
+    progress.part("decode step, step overhead and its growth")
     decode_s = by_path(lambda e: bench.decode_step_s(m, e, 8, ctx, p.repeats * 2))
     weights, kv = bench.decode_bytes(m, 8, ctx)
     step_s = by_path(lambda e: bench.step_overhead_s(m, e, 150))
@@ -103,18 +111,22 @@ def limits(p: PerfParams, cfg) -> list[dict]:
 
     growths = alternated(growth_of, 3)
     growth = {k: statistics.median(g) for k, g in growths.items()}
+    progress.part("static batch against transformers' generate")
     prompts = bench.static_batch_prompts(8, p.hf_prompt_tokens)
     # alternated, median of three each: one run of any of them swung by 2x on this shared VM
     runs = [{**{k: bench.engine_batch_tokens_per_s(m, e, prompts, p.hf_new_tokens) for k, e in PATHS.items()},
              "hf": bench.hf_generate_tokens_per_s(m, prompts, p.hf_new_tokens)} for _ in range(3)]
     tps = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    progress.part(f"peak memory of fresh runs of {p.rss_requests} requests")
     small, large = p.rss_requests
     base = ["experiment=ch10", *p.overrides]
     rss = {k: {size: peak_rss_mb(base + [f"workload.num_requests={size}", f"engine.linear_library={e.linear_library}",
                                          f"engine.prefill_attention={e.prefill_attention}"])
                for size in (small, large)} for k, e in PATHS.items()}
     kv_mb = bench.make_engine(m, PATHS["probed"], budget=8).executor.kv_cache_bytes / 2**20
-    build_s = fused_build_s() if p.time_build else float("nan")
+    if p.time_build:
+        progress.part("a from-scratch build of the fused forward")
+    build_s = fused_build_s() if p.time_build else None
     # peaks: the best over the stage (before, every round, after); the fraction against it, which
     # pairs a median prefill with the stage's fastest moment, is stated beside the per-round one
     after = bench.gemm_peaks(m, n)
@@ -161,6 +173,6 @@ def limits(p: PerfParams, cfg) -> list[dict]:
         row("rss_growth_large_vs_small", rss["probed"][large] / rss["probed"][small], "ratio", lambda v: v <= 1.1,
             "not growing (<= 1.1)", "", rss["mkl"][large] / rss["mkl"][small]),
         row("kv_pool_share_of_peak", kv_mb / rss["probed"][large], "ratio", None, "", f"KV pool {kv_mb:.0f} MiB"),
-        row("fused_build_s", build_s, "s", None, "", "g++ build of the fused forward in a fresh directory (once per "
-            "machine; `make setup` does it; never inside a step)"),
+        *([row("fused_build_s", build_s, "s", None, "", "g++ build of the fused forward in a fresh directory (once "
+               "per machine; `make setup` does it; never inside a step)")] if p.time_build else []),
     ]

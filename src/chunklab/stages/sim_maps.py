@@ -33,7 +33,7 @@ def cells(workload: str, p: SimMapsParams, sim: SimParams, profile: Path) -> pd.
                                f"workload.num_requests={sim.num_requests}", "workload.load=1.0", *sim.overrides])
     capacity = workload_capacity(base)
     cfgs = [cell_config(base, capacity, b, load, seed) for b, load, seed in grid]
-    summaries = simulate_many(cfgs, sim.processes)
+    summaries = simulate_many(cfgs, sim.processes, label="sim_maps")
     runs = pd.DataFrame([{"workload": workload, "budget": b, "load": load, "seed": seed,
                           "rate_per_s": c.workload.rate_per_s} | {m: s.get(m) for m in METRICS}
                          for (b, load, seed), c, s in zip(grid, cfgs, summaries)])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -17,12 +18,14 @@ import pandas as pd
 from chunklab.config import RunConfig
 from chunklab.experiments.compose import compose_run_config
 from chunklab.experiments.load import reference_config
-from chunklab.experiments.capacity import QUEUE_KEYS, at_rate, natural_rate, search, seeds_for
+from chunklab.experiments.capacity import QUEUE_KEYS, Capacity, at_rate, natural_rate, search, seeds_for
 from chunklab.experiments.simulate import simulate_many, simulate_regime
 from chunklab.metrics.conditions import sim_conditions_line
 from chunklab.stages.common import write_text
 from chunklab.stages.params import SimProductionParams
 
+DEFAULT_START = (2.0, 16.0)  # req/s: search()'s default bracket
+PUBLISHED_START = (0.25, 2.0)  # Mistral-7B on one A100 serves a few requests a second of the trace
 METRICS = ["goodput_req_per_s", "slo_attainment", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s",
            "worst_stall_s", "tpot_p50_s", "output_tokens_per_s", "prefill_step_share", "running_mean"]
 
@@ -38,26 +41,41 @@ def with_scheduler(cfg: RunConfig, **knobs) -> RunConfig:
     return dataclasses.replace(cfg, scheduler=dataclasses.replace(cfg.scheduler, **knobs))
 
 
-def pair_cells(model: str, hardware: str, workload: str, p: SimProductionParams) -> tuple[dict, list[dict], pd.DataFrame]:
+def capacity_search(job: tuple[RunConfig, SimProductionParams, "SarathiCriterion | None", tuple[float, float]]) -> Capacity:
+    """One capacity search (a pool task: its probes run one at a time, so the pool runs whole searches
+    side by side; a trace probe is a single run and would leave a process idle)."""
+    cfg, p, criterion, start = job
+    target = 0.0 if criterion else p.target
+    return search(cfg, p.seeds, target, p.capacity_rel_tol, processes=1, criterion=criterion, start=start,
+                  keys=QUEUE_KEYS)
+
+
+def pair_capacities(cases: list[tuple[str, str, str]], p: SimProductionParams) -> list[Capacity]:
+    """Each (model, hardware, workload)'s capacity under the default scheduler, searched in parallel."""
+    jobs = [(reference_config(base_config(m, h, w, p)), p, None, DEFAULT_START) for m, h, w in cases]
+    found = simulate_many(jobs, p.processes, fn=capacity_search, label="sim_production capacity searches")
+    for (model, hardware, workload), cap in zip(cases, found):
+        if cap.rate_req_per_s <= 0:
+            raise SystemExit(f"sim_production: {model} on {hardware} serves no rate of {workload} within slo={p.slo} "
+                             f"(probes: {cap.probes[:2]}): a prompt longer than the context, or an SLO it cannot meet")
+    return found
+
+
+def grid_configs(model: str, hardware: str, workload: str, cap: float, p: SimProductionParams) -> tuple[list, list]:
+    """The budgets x loads x seeds runs of one case: their (budget, load, seed) keys and configs."""
     base = base_config(model, hardware, workload, p)
-    found = search(reference_config(base), p.seeds, p.target, p.capacity_rel_tol, p.processes, keys=QUEUE_KEYS)
-    cap = found.rate_req_per_s
-    if cap <= 0:
-        raise SystemExit(f"sim_production: {model} on {hardware} serves no rate of {workload} within slo={p.slo} "
-                         f"(probes: {found.probes[:2]}): a prompt longer than the context, or an SLO it cannot meet")
     trace_rate = natural_rate(base) if base.workload.kind == "trace" else None
-    seeds = seeds_for(base, p.seeds)
-    grid = list(itertools.product(p.budgets, p.loads, seeds))
-    cfgs = [at_rate(with_scheduler(base, budget=b), load * cap, s, trace_rate) for b, load, s in grid]
-    summaries = simulate_many(cfgs, p.processes, fn=simulate_regime)
+    grid = list(itertools.product(p.budgets, p.loads, seeds_for(base, p.seeds)))
+    return grid, [at_rate(with_scheduler(base, budget=b), load * cap, s, trace_rate) for b, load, s in grid]
+
+
+def case_cells(model: str, hardware: str, workload: str, cap: float, grid: list, summaries: list[dict]) -> pd.DataFrame:
+    """One case's runs, as cells: each metric's mean over seeds (worst stall: the max)."""
     key = {"model": model, "hardware": hardware, "workload": workload}
     runs = pd.DataFrame([key | {"budget": b, "load": load, "seed": s, "rate_per_s": load * cap}
                          | {m: summ.get(m) for m in METRICS} for (b, load, s), summ in zip(grid, summaries)])
     agg = {m: "mean" for m in METRICS} | {"worst_stall_s": "max", "rate_per_s": "first"}
-    cells = runs.groupby(list(key) + ["budget", "load"]).agg(agg).reset_index()
-    capacity = key | {"num_blocks": base.engine.num_blocks, "max_num_seqs": base.scheduler.max_num_seqs,
-                      "capacity_req_per_s": cap, "hi_req_per_s": found.hi_req_per_s}
-    return capacity, [key | probe for probe in found.probes], cells
+    return runs.groupby(list(key) + ["budget", "load"]).agg(agg).reset_index()
 
 
 def chunking_gain(cells: pd.DataFrame) -> pd.DataFrame:
@@ -77,23 +95,27 @@ def chunking_gain(cells: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def sarathi_criterion(tbt_slo_s: float, delay_s: float):
+@dataclass(frozen=True)
+class SarathiCriterion:
     """Sarathi-Serve's capacity: P99 time-between-tokens over all tokens within the SLO and the
-    median scheduling delay within delay_s."""
-    return lambda probe: probe["itl_p99_s"] <= tbt_slo_s and probe["queue_p50_s"] <= delay_s
+    median scheduling delay within delay_s (a class, not a closure: a pool task carries it)."""
+    tbt_slo_s: float
+    delay_s: float
+
+    def __call__(self, probe: dict) -> bool:
+        return probe["itl_p99_s"] <= self.tbt_slo_s and probe["queue_p50_s"] <= self.delay_s
 
 
 def published(p: SimProductionParams) -> pd.DataFrame:
     q = p.published
     base = base_config(q.model, q.hardware, q.workload, p, tuple(q.overrides))
+    labels = ("vllm", "sarathi")
+    jobs = [(with_scheduler(base, **knobs), p, SarathiCriterion(slo.p99_tbt_s, q.median_delay_s), PUBLISHED_START)
+            for slo in q.slos for knobs in (q.vllm, q.sarathi | {"budget": slo.budget})]
+    found = iter(simulate_many(jobs, p.processes, fn=capacity_search, label="sim_production published searches"))
     rows = []
     for slo in q.slos:
-        crit = sarathi_criterion(slo.p99_tbt_s, q.median_delay_s)
-        caps = {}
-        for label, knobs in (("vllm", q.vllm), ("sarathi", q.sarathi | {"budget": slo.budget})):
-            cfg = with_scheduler(base, **knobs)
-            caps[label] = search(cfg, p.seeds, 0.0, p.capacity_rel_tol, p.processes, criterion=crit,
-                                 start=(0.25, 2.0), keys=QUEUE_KEYS).rate_req_per_s
+        caps = {label: next(found).rate_req_per_s for label in labels}
         rows.append({"slo": slo.name, "p99_tbt_slo_s": slo.p99_tbt_s, "sarathi_budget": slo.budget,
                      "vllm_capacity_req_per_s": caps["vllm"], "sarathi_capacity_req_per_s": caps["sarathi"],
                      "ratio": caps["sarathi"] / caps["vllm"] if caps["vllm"] else float("inf"),
@@ -116,12 +138,20 @@ def run(p: SimProductionParams, out_dir: Path, table_path: Path) -> None:
     """Writes out_dir (capacity.csv, probes.csv, cells.csv, chunking_gain.csv, published.csv;
     the plots stage draws the cells) and the table at table_path."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    cases = [(m, h, w) for (m, h), w in itertools.product(p.pairs, p.workloads)]
+    found = pair_capacities(cases, p)
+    grids = [grid_configs(m, h, w, cap.rate_req_per_s, p) for (m, h, w), cap in zip(cases, found)]
+    summaries = iter(simulate_many([c for _, cfgs in grids for c in cfgs], p.processes, fn=simulate_regime,
+                                   label="sim_production grid"))
     caps, probes, cells = [], [], []
-    for (model, hardware), workload in itertools.product(p.pairs, p.workloads):
-        cap, pr, c = pair_cells(model, hardware, workload, p)
-        caps.append(cap), probes.extend(pr), cells.append(c)
-        print(f"[sim_production] {model} {hardware} {workload}: capacity {cap['capacity_req_per_s']:.3f} req/s",
-              flush=True)
+    for (model, hardware, workload), cap, (grid, _) in zip(cases, found, grids):
+        key = {"model": model, "hardware": hardware, "workload": workload}
+        base = base_config(model, hardware, workload, p)
+        caps.append(key | {"num_blocks": base.engine.num_blocks, "max_num_seqs": base.scheduler.max_num_seqs,
+                           "capacity_req_per_s": cap.rate_req_per_s, "hi_req_per_s": cap.hi_req_per_s})
+        probes.extend(key | probe for probe in cap.probes)
+        cells.append(case_cells(model, hardware, workload, cap.rate_req_per_s, grid, [next(summaries) for _ in grid]))
+        print(f"[sim_production] {model} {hardware} {workload}: capacity {cap.rate_req_per_s:.3f} req/s", flush=True)
     cells = pd.concat(cells, ignore_index=True)
     gain = chunking_gain(cells)
     pub = published(p)

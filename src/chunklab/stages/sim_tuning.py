@@ -20,9 +20,9 @@ from chunklab.stages.params import SimParams, SimTuningParams
 KNOBS = ("scheduler.budget", "scheduler.max_partial_prefills", "scheduler.long_prefill_threshold", "scheduler.ordering")
 
 
-def sweep(workload: str, p: SimTuningParams, sim: SimParams, profile: Path, runs: Path) -> tuple[dict, pd.DataFrame]:
-    """One workload's sweep in runs/sim_tuning/<workload> (emptied first): its best_config.yaml
-    without the local sweep_dir, and every trial's knobs and metrics."""
+def start_sweep(workload: str, p: SimTuningParams, sim: SimParams, profile: Path, runs: Path) -> subprocess.Popen:
+    """Starts one workload's sweep in runs/sim_tuning/<workload> (emptied first). Its trials run one
+    after another, so the stage runs the workloads' sweeps side by side, one a core."""
     sweep_dir = runs / "sim_tuning" / workload
     shutil.rmtree(sweep_dir, ignore_errors=True)
     cmd = [sys.executable, "run.py", "hparams_search=ch10_goodput", "engine=simulated", f"engine.profile={profile}", "tracking=none",
@@ -30,7 +30,12 @@ def sweep(workload: str, p: SimTuningParams, sim: SimParams, profile: Path, runs
            f"workload.seed={p.seed}", f"hydra.sweeper.n_trials={p.n_trials}",
            f"hydra.sweeper.sampler.seed={p.seed}", f"hydra.sweep.dir={sweep_dir}", *sim.overrides, "-m"]
     # dvc runs this stage under scripts/exact.sh: TPE's arithmetic, and so its trials, the same on any CPU
-    subprocess.run(cmd, cwd=project_dir(), check=True, stdout=subprocess.DEVNULL)
+    return subprocess.Popen(cmd, cwd=project_dir(), stdout=subprocess.DEVNULL)
+
+
+def sweep_result(workload: str, runs: Path) -> tuple[dict, pd.DataFrame]:
+    """A finished sweep's best_config.yaml without the local sweep_dir, and every trial's knobs and metrics."""
+    sweep_dir = runs / "sim_tuning" / workload
     best = yaml.safe_load((sweep_dir / "best_config.yaml").read_text())
     best.pop("sweep_dir", None)  # a local path: not part of the result
     trials = []
@@ -42,12 +47,23 @@ def sweep(workload: str, p: SimTuningParams, sim: SimParams, profile: Path, runs
     return best, pd.DataFrame(trials)
 
 
+def sweep(workload: str, p: SimTuningParams, sim: SimParams, profile: Path, runs: Path) -> tuple[dict, pd.DataFrame]:
+    """One workload's sweep, start to finish."""
+    if start_sweep(workload, p, sim, profile, runs).wait() != 0:
+        raise SystemExit(f"sim_tuning: the sweep of {workload} failed; its error is above")
+    return sweep_result(workload, runs)
+
+
 def run(p: SimTuningParams, sim: SimParams, profile: Path, out_dir: Path, table_path: Path) -> None:
     """Writes out_dir (best_<workload>.yaml per workload, trials.csv) and the table at table_path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rows, trials = [], []
+    sweeps = {workload: start_sweep(workload, p, sim, profile, runs_dir()) for workload in p.workloads}
+    failed = [f"{w} (exit {code})" for w, code in ((w, proc.wait()) for w, proc in sweeps.items()) if code != 0]
+    if failed:
+        raise SystemExit(f"sim_tuning: the sweep of {', '.join(failed)} failed; its error is above")
     for workload in p.workloads:
-        best, tr = sweep(workload, p, sim, profile, runs_dir())
+        best, tr = sweep_result(workload, runs_dir())
         (out_dir / f"best_{workload}.yaml").write_text(yaml.safe_dump(best, sort_keys=False))
         trials.append(tr)
         rows.append({"workload": workload} | {k.split(".")[-1]: best["best_params"][k] for k in KNOBS}
