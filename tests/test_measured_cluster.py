@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import dataclasses
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,21 +22,23 @@ from chunklab import app
 from chunklab.app import run_tracked
 from chunklab.experiments.shm_link import LinkFit, fit_link, link_preset
 from chunklab.cluster.ledger import FINISHED, LOST, PENDING, REJECTED, Ledger, LedgerError
-from chunklab.cluster.measured import available_cores
-from chunklab.cluster.remote import InstanceDied
-from chunklab.cluster.phases import PHASES
+from chunklab.cluster.measured import MeasuredCluster, available_cores
+from chunklab.cluster.remote import SEGMENT_PREFIX, InstanceDied
+from chunklab.cluster.phases import PHASES, phase_seconds
+from chunklab.cluster.worker import worker_main
 from chunklab.config import ChunklabError
 from chunklab.engine.build import build_engine
 from chunklab.engine.replay import replay
 from chunklab.experiments.compose import compose_run_config
 from chunklab.report.cluster import cluster_findings
 from chunklab.runner import execute
-from chunklab.stages.cluster import arm_ranges
+from chunklab.stages.cluster import arm_ranges, coordinator_line
 from chunklab.workload import make_requests
 
 ROOT = Path(__file__).resolve().parents[1]
 MICRO = ["model=micro", "tracking=none", "tracking.progress=false", "workload.num_requests=10"]
 TWO_CORES = pytest.mark.skipif(len(available_cores()) < 2, reason="a measured 2-instance cluster needs 2 cores")
+DEV_SHM = pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="reads the shared-memory segments in /dev/shm")
 
 
 # -- the books: no request lost or counted twice -----------------------------------------------------
@@ -59,12 +62,12 @@ def test_every_offered_request_is_in_exactly_one_state_whatever_happens(ops):
         if not legal:
             with pytest.raises(LedgerError):
                 call()
-            continue
-        lost = call()
-        if op == "lose":
+        elif op == "lose":
+            lost = call()
             assert sorted(lost) == sorted(r for r, s in model.items() if s == "@" + inst)
             model |= {r: LOST for r in lost}
         else:
+            call()
             model[rid] = {"assign": "@" + inst, "reject": REJECTED, "move": "@" + inst, "finish": FINISHED}[op]
         counts = ledger.counts()
         assert sum(counts.values()) == 8
@@ -106,6 +109,66 @@ def test_a_measured_cluster_finishes_every_request_with_one_engines_tokens(topol
     s = run.summary
     assert sum(s[f"instance_{n}_routed"] for n in names) == (20 if "disaggregated" in topology[0] else 10)
     assert s.get("num_transfers", 0) == (10 if "disaggregated" in topology[0] else 0)
+    assert s["coordinator_cpu_s"] > 0 and s["coordinator_cpu_share"] > 0  # measured while serving
+    for seq in run.result.sequences:
+        where, phases = run.placements[seq.seq_id], phase_seconds(seq, run.placements[seq.seq_id])
+        assert sum(phases.values()) == pytest.approx(seq.token_times_s[-1] - seq.request.arrival_s)
+        if topology[0] == "topology=disaggregated":  # transfer_s: the read, and the write at admission
+            assert where.kv_write_s > 0 and phases["decode_queue_s"] >= 0
+            assert phases["transfer_s"] == pytest.approx(where.transfer_end_s + where.kv_write_s
+                                                         - seq.token_times_s[0])
+
+
+@TWO_CORES
+@DEV_SHM
+@pytest.mark.parametrize("how", ["stopped", "killed"])
+def test_a_run_ended_before_every_instance_is_ready_leaves_no_shared_memory_segment(how):
+    """The prefill's pool segment exists once it has built its pool, before it reports "ready": the run
+    ends right then (stopped; or the prefill SIGKILLed, so only the coordinator can unlink it)."""
+    cfg = compose_run_config([*MICRO, "topology=disaggregated", "topology.prefill=1", "topology.decode=1"])
+    cluster = MeasuredCluster(cfg)
+    path = "/dev/shm/" + cluster.specs[0].shm_name
+    assert cluster.specs[0].shm_name.startswith(SEGMENT_PREFIX)
+    ended = []
+
+    def should_stop():  # the coordinator asks first as it starts waiting for "ready"
+        if not ended:
+            deadline = time.monotonic() + 120  # a bound on a broken run, not a timing the test depends on
+            while not os.path.exists(path):
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+            if how == "killed":
+                os.kill(next(p.pid for p in multiprocessing.active_children() if p.name == "chunklab-prefill0"),
+                        signal.SIGKILL)
+            ended.append(time.monotonic())
+        return how == "stopped"
+
+    run = cluster.run(make_requests(cfg)[0], should_stop=should_stop)
+    assert ended and run.result.stopped
+    if how == "killed":
+        assert str(run.result.error).startswith("instance prefill0 (pid ") and "exit code -9" in str(run.result.error)
+    assert not os.path.exists(path)  # (other runs' segments may be live: tests run in parallel)
+
+
+@DEV_SHM
+def test_a_worker_given_no_start_exits_non_zero_with_one_line_and_unlinks_its_pool(capfd):
+    spec = dataclasses.replace(MeasuredCluster(compose_run_config([*MICRO, "topology=disaggregated"])).specs[0],
+                               start_timeout_s=1.0)
+    ctx = multiprocessing.get_context("spawn")
+    inbox, outbox = ctx.Queue(), ctx.Queue()
+    proc = ctx.Process(target=worker_main, args=(spec, inbox, outbox), daemon=True)
+    proc.start()
+    try:
+        assert outbox.get(timeout=120)[0] == "ready" and os.path.exists("/dev/shm/" + spec.shm_name)
+        proc.join(60)  # a bound on a broken worker: it exits a second after "ready"
+        assert proc.exitcode == 1
+    finally:
+        if proc.is_alive():
+            proc.kill()
+    line = 'NoStart: no "start" from the coordinator 1 s after "ready"; exiting'
+    assert outbox.get(timeout=10) == ("error", spec.index, line)
+    assert capfd.readouterr().err.strip().splitlines()[-1] == f"chunklab: instance {spec.name}: {line}"
+    assert not os.path.exists("/dev/shm/" + spec.shm_name)
 
 
 class KillOnFirstFinish:
@@ -183,6 +246,23 @@ def test_each_arms_range_over_repeats_is_kept_for_the_report():
     a = arm_ranges(runs).set_index("arm")
     assert a.loc["single", ["slo_attainment_min", "slo_attainment", "slo_attainment_max"]].tolist() == [0.9, 0.95, 1.0]
     assert a.loc["pd", ["ttft_p50_s_min", "ttft_p50_s", "ttft_p50_s_max"]].tolist() == [2, 2, 2]
+    assert "coordinator_cpu_share" not in a  # runs without a measured cluster have none
+
+
+def test_the_coordinators_cpu_is_kept_per_arm_and_said_in_the_conditions():
+    runs = pd.DataFrame({"executor": ["measured"] * 4 + ["simulated"], "load": 0.5,
+                         "arm": ["single", "pd", "pd", "replicas", "pd"], "slo_attainment": 1.0, "ttft_p50_s": 0.1,
+                         "tpot_p50_s": 0.002, "coordinator_cpu_s": [None, 0.2, 0.4, 0.3, None],
+                         "coordinator_cpu_share": [None, 0.01, 0.03, 0.02, None]})
+    a = arm_ranges(runs).set_index(["executor", "arm"])
+    assert a.loc[("measured", "pd"), ["coordinator_cpu_share_min", "coordinator_cpu_share",
+                                      "coordinator_cpu_share_max"]].tolist() == pytest.approx([0.01, 0.02, 0.03])
+    assert a.loc[("measured", "pd"), "coordinator_cpu_s_max"] == 0.4
+    assert coordinator_line(runs) == ("this process, unpinned, on the instances' cores: pd 2.0% [1.0-3.0%] of the "
+                                      "serving wall time, at most 0.40 s CPU a run; replicas 2.0% [2.0-2.0%] of the "
+                                      "serving wall time, at most 0.30 s CPU a run (median [min-max] over the loads "
+                                      "and repeats)")
+    assert coordinator_line(runs.drop(columns=["coordinator_cpu_s", "coordinator_cpu_share"])) == "not measured"
 
 
 def test_the_report_names_each_loads_winner_from_the_data_and_says_when_the_stage_has_not_run(tmp_path):

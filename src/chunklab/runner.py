@@ -122,6 +122,10 @@ def _execute_measured_cluster(cfg: RunConfig, requests: list[Request], trace_sta
     summary |= cluster_summary(cluster, result, run.placements)
     for inst, st in zip(cluster.instances, stats):  # the stand-ins schedule nothing: the workers' counts
         summary[f"instance_{inst.name}_preemptions"] = st.num_preemptions
+    # the coordinator (this process, unpinned) takes this much of the instances' cores while serving
+    summary["coordinator_cpu_s"] = measured.coordinator_cpu_s
+    summary["coordinator_cpu_share"] = (measured.coordinator_cpu_s / measured.coordinator_wall_s
+                                        if measured.coordinator_wall_s else 0.0)
     why = "measured cluster: each instance runs on one thread, which no profile of this machine predicts"
     return Executed(requests, cluster.instances[0].engine, result, records, summary, trace_stats, why, cluster,
                     run.placements)

@@ -23,6 +23,7 @@ class Ledger:
             if rid in self._state:
                 raise LedgerError(f"request {rid} offered twice")
             self._state[rid] = PENDING
+        self._num_open = len(self._state)  # pending or held: each move to a done state takes one off
 
     def _expect(self, rid: int, state: str, verb: str) -> None:
         if self._state.get(rid) != state:
@@ -36,6 +37,7 @@ class Ledger:
     def reject(self, rid: int) -> None:
         self._expect(rid, PENDING, "reject")
         self._state[rid] = REJECTED
+        self._num_open -= 1
 
     def move(self, rid: int, source: str, target: str) -> None:
         """A prefilled request handed from `source` to `target` (its KV on the way)."""
@@ -45,12 +47,14 @@ class Ledger:
     def finish(self, rid: int, instance: str) -> None:
         self._expect(rid, "@" + instance, "finish")
         self._state[rid] = FINISHED
+        self._num_open -= 1
 
     def lose(self, instance: str) -> list[int]:
         """`instance` died: the requests it held are lost (reported unfinished); returns them."""
         held = self.held_by(instance)
         for rid in held:
             self._state[rid] = LOST
+        self._num_open -= len(held)
         return held
 
     def held_by(self, instance: str) -> list[int]:
@@ -63,8 +67,9 @@ class Ledger:
 
     @property
     def num_open(self) -> int:
-        """Requests not done: pending or held."""
-        return sum(1 for state in self._state.values() if state == PENDING or state.startswith("@"))
+        """Requests not done: pending or held (a count kept by the moves: the coordinator reads it on
+        every pass of its loop)."""
+        return self._num_open
 
     def counts(self) -> Counter:
         """finished / rejected / lost / pending / held: how many requests are in each."""

@@ -12,7 +12,13 @@ The routers read each instance's load from the coordinator's books (RemoteLoad):
 
 An instance process that dies ends the run within a poll (POLL_S) plus at most STOP_GRACE_S for the
 others to stop: its requests are recorded unfinished (lost with it), the others' too, and
-InstanceDied says which instance died and how many requests it held. Plain Python: torch lives in the workers.
+InstanceDied says which instance died and how many requests it held. However the run ends (done,
+stopped, an instance dead or failed before "ready", an exception here), this process unlinks every
+prefill pool's segment: it names them before the instances start. Plain Python: torch lives in the workers.
+
+This process is not pinned: it shares the instances' cores. Its loop blocks (on the outbox, at most
+POLL_S or until the next arrival); the CPU it takes while serving is measured (coordinator_cpu_s) for
+the run's summary, as the bias it puts on the instances' steps.
 """
 from __future__ import annotations
 
@@ -23,11 +29,11 @@ import signal
 import threading
 import time
 from collections import deque
-from multiprocessing import shared_memory
 
 from chunklab.cluster.ledger import Ledger
 from chunklab.cluster.phases import Placement
-from chunklab.cluster.remote import InstanceDied, RemoteLoad, WorkerSpec
+from chunklab.cluster.remote import (READY_TIMEOUT_S, STOP_GRACE_S, InstanceDied, RemoteLoad, WorkerSpec,
+                                     segment_name, unlink_segment)
 from chunklab.cluster.simulated import ClusterRun
 from chunklab.cluster.topology import Cluster, build_cluster
 from chunklab.config import RunConfig
@@ -38,9 +44,7 @@ from chunklab.engine.scheduler import SchedulerStats
 from chunklab.engine.sequence import Request, Sequence
 from chunklab.engine.step_log import StepLog
 
-READY_TIMEOUT_S = 300.0  # a worker builds its model (and, the first time, probes its GEMMs) before this
 POLL_S = 0.02  # the coordinator's longest wait between looks at arrivals and instance liveness
-STOP_GRACE_S = 10.0  # workers told to stop have this long before they are terminated
 START_DELAY_S = 0.05  # the clock's origin is this far after "start" is sent, so every worker has it
 
 
@@ -57,10 +61,13 @@ class MeasuredCluster:
     def __init__(self, cfg: RunConfig):
         self.cfg, self.specs, self._stats = cfg, [], {}
         self.lost: dict[int, str] = {}  # after run: request_id -> the dead instance that held it
+        self.coordinator_cpu_s = 0.0  # after run: this process's CPU seconds while serving (every thread)
+        self.coordinator_wall_s = 0.0  # after run: the serving's wall seconds (0 when it never started)
         self._executor = _ForwardPath()
         self.cluster: Cluster = build_cluster(cfg, self._stand_in)
         cores = available_cores()
-        self.specs = [WorkerSpec(i.index, i.role, i.name, cores[i.index], cfg.model, *self.specs[i.index])
+        self.specs = [WorkerSpec(i.index, i.role, i.name, cores[i.index], cfg.model, *self.specs[i.index],
+                                 shm_name=segment_name() if i.role == "prefill" else "")
                       for i in self.cluster.instances]
 
     def _stand_in(self, engine, scheduler) -> LLMEngine:
@@ -80,6 +87,7 @@ class MeasuredCluster:
             return coordinator.run(requests, on_started)
         finally:
             self._stats, self.lost = coordinator.stats, coordinator.lost
+            self.coordinator_cpu_s, self.coordinator_wall_s = coordinator.serve_cpu_s, coordinator.serve_wall_s
 
     def stats_of(self, index: int) -> SchedulerStats:
         """The instance's scheduler counters as its last step reported them (zeros before any)."""
@@ -96,13 +104,14 @@ class _Coordinator:
         self.inboxes = [ctx.Queue() for _ in mc.specs]
         self.procs = [ctx.Process(target=worker_main, args=(s, self.inboxes[s.index], self.outbox),
                                   name=f"chunklab-{s.name}", daemon=True) for s in mc.specs]
-        self.segments: list[str] = []
+        self.segments = [s.shm_name for s in mc.specs if s.shm_name]  # unlinked at the end, whatever happens
         self.stats = {}  # instance index -> its last SchedulerStats
         self.sequences: dict[int, Sequence] = {}
         self.placements: dict[int, Placement] = {}
         self.error: Exception | None = None
         self.last_end_s = 0.0
         self.lost: dict[int, str] = {}
+        self.serve_cpu_s = self.serve_wall_s = 0.0
 
     def run(self, requests: list[Request], on_started) -> ClusterRun:
         self.ledger = Ledger(r.request_id for r in requests)
@@ -157,35 +166,39 @@ class _Coordinator:
             self.mc._executor.forward_path = forward_path
             if handle is not None:
                 handles[index] = handle
-                self.segments.append(handle.shm_name)
         return handles
 
     def _shut_down(self) -> None:
-        for box in self.inboxes:
-            box.put(("stop",))
-        deadline = time.monotonic() + STOP_GRACE_S
-        while any(p.is_alive() for p in self.procs) and time.monotonic() < deadline:
-            try:  # a worker exits only once its messages are read: they are dropped now
-                self.outbox.get(timeout=POLL_S)
-            except queue.Empty:
-                pass
-        for p in self.procs:
-            if p.is_alive():
-                p.kill()
-            if p.pid is not None:
-                p.join(1.0)
-        for box in self.inboxes:  # what a dead instance never read must not hold this process's exit
-            box.cancel_join_thread()
-        for name in self.segments:  # the prefill pools: this process unlinks them, whoever died
-            try:
-                seg = shared_memory.SharedMemory(name=name)
-            except FileNotFoundError:
-                continue
-            seg.close()
-            seg.unlink()
+        try:
+            for box in self.inboxes:
+                box.put(("stop",))
+            deadline = time.monotonic() + STOP_GRACE_S
+            while any(p.is_alive() for p in self.procs) and time.monotonic() < deadline:
+                try:  # a worker exits only once its messages are read: they are dropped now
+                    self.outbox.get(timeout=POLL_S)
+                except queue.Empty:
+                    pass
+            for p in self.procs:
+                if p.is_alive():
+                    p.kill()
+                if p.pid is not None:
+                    p.join(1.0)
+            for box in self.inboxes:  # what a dead instance never read must not hold this process's exit
+                box.cancel_join_thread()
+        finally:  # the prefill pools: named here, so unlinked here, whoever died and whenever
+            for name in self.segments:
+                unlink_segment(name)
 
     # -- the run --------------------------------------------------------------------------------
     def _serve(self, requests: list[Request], handles: dict) -> bool:
+        """Runs the requests; serve_cpu_s and serve_wall_s: this process's CPU and wall seconds doing it."""
+        cpu_s, wall_s = time.process_time(), time.monotonic()
+        try:
+            return self._serve_loop(requests, handles)
+        finally:
+            self.serve_cpu_s, self.serve_wall_s = time.process_time() - cpu_s, time.monotonic() - wall_s
+
+    def _serve_loop(self, requests: list[Request], handles: dict) -> bool:
         origin_s = time.monotonic() + START_DELAY_S
         self.clock = MonotonicClock(origin_s)
         for box in self.inboxes:
@@ -246,8 +259,8 @@ class _Coordinator:
         for seq in finished:
             self.sequences[seq.seq_id] = seq
             self.ledger.finish(seq.seq_id, inst.name)
-        for rid, t in admitted:
-            self.placements[rid].admitted_s = t
+        for rid, t, write_s in admitted:
+            self.placements[rid].admitted_s, self.placements[rid].kv_write_s = t, write_s
         for seq, block_ids in handed:
             self._hand_off(inst, seq, block_ids)
         if finished:

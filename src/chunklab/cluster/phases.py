@@ -5,6 +5,17 @@
     transfer_s        first token -> its KV arrived at the decode instance (0 when colocated)
     decode_queue_s    KV arrived -> admitted by the decode instance's scheduler (0 when colocated)
     decode_s          admitted (colocated: the first token) -> its last token
+
+transfer_s, the contract both clusters keep with the link that prices it:
+- simulated (simulated.py): the link's seconds (links.py; the `shm` preset is fit by
+  experiments/shm_link.py on one message to the receiver + its read of the blocks out of the sender's
+  shared pool + its write of them into its own pool).
+- measured (measured.py, worker.py): the first token -> the decode instance has read the blocks out of
+  the prefill's shared pool (transfer_end_s), plus kv_write_s, the seconds it took to write them into
+  its own pool, which it does when its scheduler admits the sequence: the same two copies the fit
+  times. Beyond the fit it holds a second message (prefill -> coordinator -> decode) and the wait for
+  the decode instance's step in progress, which the twin does not model. decode_queue_s is the wait
+  from the read to the write's start: the phases still sum to the request's end-to-end latency.
 """
 from __future__ import annotations
 
@@ -23,6 +34,7 @@ class Placement:
     transfer_start_s: float | None = None
     transfer_end_s: float | None = None
     admitted_s: float | None = None  # the decode instance's step that admitted it started here
+    kv_write_s: float = 0.0  # measured: the decode instance's write of the KV into its pool, at admission
 
     def instances(self) -> dict[str, str]:
         return {"prefill_instance": self.prefill_instance,
@@ -38,6 +50,7 @@ def phase_seconds(seq: Sequence, where: Placement) -> dict[str, float | None]:
     if where.admitted_s is None:  # colocated, or done at its first token
         return {"prefill_queue_s": scheduled - arrival, "prefill_s": first - scheduled, "transfer_s": 0.0,
                 "decode_queue_s": 0.0, "decode_s": last - first}
+    arrived = where.transfer_end_s + where.kv_write_s  # the KV in the decode instance's pool (docstring)
     return {"prefill_queue_s": scheduled - arrival, "prefill_s": first - scheduled,
-            "transfer_s": where.transfer_end_s - first, "decode_queue_s": where.admitted_s - where.transfer_end_s,
+            "transfer_s": arrived - first, "decode_queue_s": where.admitted_s - arrived,
             "decode_s": last - where.admitted_s}

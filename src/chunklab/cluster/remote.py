@@ -1,12 +1,23 @@
 """What the coordinator of a measured cluster (cluster/measured.py) and its instances' processes
 (cluster/worker.py) share: how an instance is specified, how its load looks to the routers, and the
-error of an instance that died. Plain Python."""
+error of an instance that died, how long each side waits for the other at the start and the stop,
+and the names of the prefill pools' shared-memory segments. Plain Python."""
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
+from multiprocessing import shared_memory
 
 from chunklab.cluster.ledger import Ledger
 from chunklab.config import ChunklabError, EngineConfig, ModelConfig, SchedulerConfig
+
+READY_TIMEOUT_S = 300.0  # a worker builds its model (and, the first time, probes its GEMMs) before this
+STOP_GRACE_S = 10.0  # workers told to stop have this long before they are terminated
+# The coordinator sends "start" once every instance is ready, or "stop" when READY_TIMEOUT_S passes
+# without; a worker still waiting for either STOP_GRACE_S later has a coordinator that no longer runs
+# the run, and exits (non-zero, one line). Not shorter: a ready instance waits for the slowest to build.
+START_TIMEOUT_S = READY_TIMEOUT_S + STOP_GRACE_S
+SEGMENT_PREFIX = "chunklab_"  # every prefill pool's segment name starts so (/dev/shm/chunklab_... on Linux)
 
 
 @dataclass(frozen=True)
@@ -19,6 +30,26 @@ class WorkerSpec:
     model: ModelConfig
     engine: EngineConfig
     scheduler: SchedulerConfig
+    shm_name: str = ""  # prefill: the segment its pool goes in, named by the coordinator (segment_name)
+    start_timeout_s: float = START_TIMEOUT_S  # after "ready", the longest wait for "start"
+
+
+def segment_name() -> str:
+    """A fresh name for a prefill pool's segment. The coordinator picks it before the instance starts,
+    so it can unlink the segment however the run ends, the instance killed before "ready" included."""
+    return SEGMENT_PREFIX + secrets.token_hex(8)
+
+
+def unlink_segment(name: str) -> bool:
+    """Removes the named segment (mappings that processes hold stay valid until they exit); False when
+    there is none."""
+    try:
+        seg = shared_memory.SharedMemory(name=name)
+    except FileNotFoundError:
+        return False
+    seg.close()
+    seg.unlink()
+    return True
 
 
 class InstanceDied(ChunklabError):

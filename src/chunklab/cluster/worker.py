@@ -2,7 +2,8 @@
 one core, torch on one thread, its engine timed on the machine's one monotonic clock.
 
 Messages in (inbox), each a tuple:
-    ("start", origin_s, {prefill index: PoolHandle})   after "ready": the run's clock origin
+    ("start", origin_s, {prefill index: PoolHandle})   after "ready" (waited for at most spec.start_timeout_s):
+                                                        the run's clock origin
     ("request", Request)                                an arrival routed here
     ("kv", Sequence, source index, block ids)           decode: a prefilled sequence to copy in
     ("release", request_id)                             prefill: its KV was copied out; free it
@@ -10,9 +11,13 @@ Messages in (inbox), each a tuple:
 Messages out (the coordinator's outbox):
     ("ready", index, PoolHandle | None, forward path)
     ("step", index, [StepRecord], finished [Sequence], handed off [(Sequence, block ids)],
-     admitted [(request_id, time)], SchedulerStats, Instance.outstanding_tokens())   the steps since the last
+     admitted [(request_id, time, KV write seconds)], SchedulerStats, Instance.outstanding_tokens())
+                                                        the steps since the last
     ("received", index, request_id, time, source index)
     ("error", index, one line)
+
+A prefill instance's pool is the shared-memory segment spec.shm_name; the process unlinks it whenever
+it exits short of being killed (the coordinator unlinks it too, which covers that).
 """
 from __future__ import annotations
 
@@ -21,10 +26,12 @@ import multiprocessing
 import os
 import queue
 import signal
+import sys
+import time
 
 from chunklab.cluster.instance import Instance
 from chunklab.cluster.transport_shm import attach, read_blocks, share_pool, write_blocks
-from chunklab.cluster.remote import WorkerSpec
+from chunklab.cluster.remote import WorkerSpec, unlink_segment
 from chunklab.engine.build import make_executor
 from chunklab.engine.clock import MonotonicClock
 from chunklab.engine.engine import LLMEngine
@@ -33,14 +40,25 @@ PARENT_POLL_S = 1.0  # an idle worker checks this often that its coordinator sti
 FLUSH_S = 0.02  # steps with nothing to hand on are reported at most this late
 
 
+class NoStart(Exception):
+    """No "start" (or "stop") came within spec.start_timeout_s of "ready": the coordinator is gone or hung."""
+
+
 def worker_main(spec: WorkerSpec, inbox, outbox) -> None:
-    """The process's target. Any error is sent as one line, then the process exits non-zero."""
+    """The process's target. Any error is sent as one line, then the process exits non-zero; NoStart's
+    line goes to stderr too (no coordinator may be reading)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # as it started (measured.py): the coordinator stops the run
     try:
         _Worker(spec, inbox, outbox).serve()
     except BaseException as err:  # noqa: BLE001 - reported to the coordinator, which ends the run
-        outbox.put(("error", spec.index, f"{type(err).__name__}: {err}".splitlines()[0]))
+        line = f"{type(err).__name__}: {err}".splitlines()[0]
+        if isinstance(err, NoStart):
+            print(f"chunklab: instance {spec.name}: {line}", file=sys.stderr, flush=True)
+        outbox.put(("error", spec.index, line))
         raise SystemExit(1) from None
+    finally:
+        if spec.shm_name:
+            unlink_segment(spec.shm_name)
 
 
 class _Worker:
@@ -52,7 +70,8 @@ class _Worker:
         self.block_size = engine_cfg.block_size
         self.handle, self._segment = None, None
         if spec.role == "prefill":  # its pool in shared memory, for the decode instances to read
-            self._segment, self.runner.kv_cache, self.handle = share_pool(self.runner.kv_cache, self.block_size)
+            self._segment, self.runner.kv_cache, self.handle = share_pool(self.runner.kv_cache, self.block_size,
+                                                                          spec.shm_name)
         self.clock = MonotonicClock()
         engine = LLMEngine(spec.model, engine_cfg, spec.scheduler, self.clock, self.runner, None, log_features=True)
         engine.warmup()
@@ -65,8 +84,8 @@ class _Worker:
 
     def serve(self) -> None:
         self.outbox.put(("ready", self.spec.index, self.handle, self.runner.forward_path))
-        msg = self.inbox.get()
-        if msg[0] != "start":
+        msg = self._wait_start()
+        if msg is None or msg[0] != "start":
             return
         self.clock.start_at(msg[1])
         self.sources = {i: attach(h) for i, h in msg[2].items()}
@@ -79,6 +98,20 @@ class _Worker:
                 if not multiprocessing.parent_process().is_alive():
                     return
                 self._step()
+
+    def _wait_start(self) -> tuple | None:
+        """The coordinator's next message ("start" or "stop"); None once it has died (checked every
+        PARENT_POLL_S). Raises NoStart after spec.start_timeout_s."""
+        deadline_s = time.monotonic() + self.spec.start_timeout_s
+        while True:
+            try:
+                return self.inbox.get(timeout=max(0.0, min(PARENT_POLL_S, deadline_s - time.monotonic())))
+            except queue.Empty:
+                if not multiprocessing.parent_process().is_alive():
+                    return None
+                if time.monotonic() >= deadline_s:
+                    raise NoStart(f'no "start" from the coordinator {self.spec.start_timeout_s:g} s after "ready"; '
+                                  f"exiting") from None
 
     def _messages(self) -> list[tuple]:
         """Whatever is in the inbox; when idle, waits for the next (checking the coordinator lives)."""
@@ -110,9 +143,11 @@ class _Worker:
 
     def _step(self) -> None:
         out = self._unsent
-        for seq in self.inst.admit_arrived():
+        for seq in self.inst.admit_arrived():  # the second copy of its transfer (phases.py: transfer_s)
+            start_s = self.clock.now()
             write_blocks(self.runner.kv_cache, seq.block_table, self.staged.pop(seq.seq_id), self.block_size)
-            out["admitted"].append((seq.seq_id, self.clock.now()))
+            now_s = self.clock.now()
+            out["admitted"].append((seq.seq_id, now_s, now_s - start_s))
         record, finished = self.inst.step(self.clock.now())
         out["records"].append(record)
         out["finished"] += finished

@@ -3,7 +3,11 @@
 (cluster/transport_shm.py): the sender's pool in a shared segment; a receiver process, on another
 core, told the block ids over a multiprocessing queue, copies them out (read_blocks) and into its own
 pool (write_blocks), then stamps CLOCK_MONOTONIC (one clock for both processes). One transfer is the
-sender's stamp before it sends the ids -> the receiver's after its copy: the message hop and the copy.
+sender's stamp before it sends the ids -> the receiver's after its copies: the message hop, the read
+and the write. A measured cluster's transfer_s counts the same two copies (cluster/phases.py: its read
+when the ids come, its write when the decode instance admits the sequence), so the twins, which price
+each transfer with this fit, put the copies in the phase the measured runs do; what a measured
+transfer holds beyond the fit is said there.
 
 The fit gives the `shm` link preset (conf/link/shm.yaml), its conditions beside it.
 """

@@ -9,6 +9,10 @@ profile prices the single engine's steps (both cores); each cluster instance run
 thread, so the twins of the cluster arms scale the profile's step times by the speed sentinel's
 one-thread / two-thread ratio, read by this stage (one_thread_scale).
 
+The cluster arms' coordinator (the stage's process, unpinned) shares the instances' two cores: its CPU
+while serving is in each run's summary (coordinator_cpu_s, coordinator_cpu_share: of the serving's wall
+time), its range in arms.csv, and one line of the conditions says how large it was.
+
 Writes out_dir: shm_link.csv, shm.yaml, runs.csv (every measured and simulated run's summary), paired.csv,
 arms.csv, requests_measured.csv, conditions.json, metrics.json; and the table at table_path.
 """
@@ -37,6 +41,7 @@ ARMS = {"single": {},
         "replicas": {"topology": "replicas", "topology.replicas": 2, "router": "least_outstanding"},
         "pd": {"topology": "disaggregated", "topology.prefill": 1, "topology.decode": 1, "link": "shm"}}
 ARM_METRICS = ["slo_attainment", "ttft_p50_s", "tpot_p50_s"]  # per arm and load: median, min, max over repeats
+COORDINATOR_METRICS = ["coordinator_cpu_s", "coordinator_cpu_share"]  # measured cluster arms only (NaN elsewhere)
 
 
 def link_conditions(model) -> str:
@@ -65,10 +70,27 @@ def one_thread_scale(base: list[str]) -> tuple[float, float, float]:
 
 
 def arm_ranges(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per executor, load and arm: each of ARM_METRICS' median, min and max over the repeats. Which arm
-    wins is the report's to decide against these ranges (report/cluster.py), not a median's."""
-    g = runs.groupby(["executor", "load", "arm"], sort=False)[ARM_METRICS]
+    """Per executor, load and arm: each of ARM_METRICS' (and COORDINATOR_METRICS', where runs has them)
+    median, min and max over the repeats. Which arm wins is the report's to decide against these ranges
+    (report/cluster.py), not a median's."""
+    g = runs.groupby(["executor", "load", "arm"], sort=False)[ARM_METRICS + [c for c in COORDINATOR_METRICS
+                                                                          if c in runs]]
     return pd.concat([g.median(), g.min().add_suffix("_min"), g.max().add_suffix("_max")], axis=1).reset_index()
+
+
+def coordinator_line(runs: pd.DataFrame) -> str:
+    """The conditions' line on the coordinator: per measured cluster arm, its CPU share of the serving's
+    wall time, median [min-max] over every load and repeat, and its most CPU seconds in one run."""
+    if "coordinator_cpu_share" not in runs:
+        return "not measured"
+    m = runs[(runs["executor"] == "measured") & runs["coordinator_cpu_share"].notna()]
+    if m.empty:
+        return "not measured"
+    parts = [f"{arm} {100 * g['coordinator_cpu_share'].median():.1f}% [{100 * g['coordinator_cpu_share'].min():.1f}-"
+             f"{100 * g['coordinator_cpu_share'].max():.1f}%] of the serving wall time, at most "
+             f"{g['coordinator_cpu_s'].max():.2f} s CPU a run" for arm, g in m.groupby("arm", sort=False)]
+    return ("this process, unpinned, on the instances' cores: " + "; ".join(parts)
+            + " (median [min-max] over the loads and repeats)")
 
 
 def run(p: ClusterParams, profile: Path, capacity_csv: Path, out_dir: Path, table_path: Path) -> None:
@@ -118,7 +140,8 @@ def run(p: ClusterParams, profile: Path, capacity_csv: Path, out_dir: Path, tabl
     lines = {"measured": res.conditions[0], "simulated": sim_conditions_line(cfgs[-1]),
              "shm link": link_conditions(model), "capacity_req_per_s": f"{capacity:.4g}",
              "instances' step time scale": f"{scale:.3f} (sentinel on one pinned core and thread {one:.3f}, "
-                                           f"on both cores {two:.3f}; the twins of replicas and pd)"}
+                                           f"on both cores {two:.3f}; the twins of replicas and pd)",
+             "coordinator CPU": coordinator_line(runs)}
     write_json(out_dir / "conditions.json", lines)
     metrics = {"shm_bandwidth_gb_per_s": fit.bandwidth_gb_per_s, "shm_latency_s": fit.latency_s, "shm_r2": fit.r2,
                "one_thread_step_time_scale": scale}

@@ -226,7 +226,7 @@ class SimDisaggParams:
     gpus: list[int]  # N: colocated N replicas against every xP/yD split with x + y = N
     workloads: list[str]
     trace_workloads: list[str]
-    num_requests: int  # per run (a trace: its first rows)
+    num_requests: int  # per run on min(gpus) GPUs; N GPUs run N / min(gpus) x as many (a trace: its first rows)
     seed: int
     slos: list[str]  # conf/slo/ sets, each judged on every run
     capacity_slo: str  # one of slos: single-GPU capacity is the rate with >= target of requests within it

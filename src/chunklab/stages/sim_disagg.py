@@ -71,7 +71,8 @@ def single_capacity(job: tuple[RunConfig, SimDisaggParams]) -> dict:
 
 
 def judged(job: tuple[RunConfig, dict[str, SloConfig]]) -> dict[str, float]:
-    """One run judged against its pair's SLO sets (a pool task)."""
+    """One run judged against its pair's SLO sets: simulate_slos on one argument, as the pool passes its
+    tasks (simulate_many's Pool.map), and at module level, so the pool can pickle it."""
     return simulate_slos(*job)
 
 
