@@ -105,7 +105,7 @@ def run(p: SimDisaggParams, out_dir: Path) -> None:
     slos = {(m, h): slo_sets(p, m, h, scale) for m, h, scale in p.pairs}
     jobs = [(dataclasses.replace(configure(bases[m, h, w], {}, 1, topologies(p, 1)[0]), slo=slos[m, h][p.capacity_slo]),
              p) for (m, h, _), w in cases]
-    caps = simulate_many(jobs, p.processes, fn=single_capacity)
+    caps = simulate_many(jobs, p.processes, fn=single_capacity, label="sim_disagg capacity searches")
     capacity = pd.DataFrame([{"model": m, "hardware": h, "workload": w,
                               "model_params_b": num_parameters(bases[m, h, w].model) / 1e9,
                               "kv_bytes_per_token": kv_bytes_per_token(bases[m, h, w].model)} | c
@@ -129,7 +129,7 @@ def run(p: SimDisaggParams, out_dir: Path) -> None:
                                  "rate_per_s": rate} | t)
                     cfgs.append(at_rate(configure(colocated, split, n, t), rate, p.seed, trace_rate))
     summaries = simulate_many([(c, slos[k["model"], k["hardware"]]) for k, c in zip(keys, cfgs)], p.processes,
-                              fn=judged)
+                              fn=judged, label="sim_disagg")
     cells = tidy(keys, summaries, slos)
     winners = winners_table(cells, p.tie_margin)
     capacity.to_csv(out_dir / "capacity.csv", index=False, float_format="%.6g")
