@@ -26,7 +26,7 @@ def _save(fig, path: Path, title: str, caption: str, tight: bool = True) -> Path
     path.parent.mkdir(parents=True, exist_ok=True)
     if tight:
         fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches=None if tight else "tight")
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the canvas grows to hold a legend outside the axes
     plt.close(fig)
     return path
 
