@@ -148,3 +148,12 @@ def test_the_capacity_figure_names_lines_that_hide_each_other():
             for s, shift in (("a", 0.0), ("b", 0.0), ("c", 0.5)) for r, g in ((1.0, 1.0 + shift), (2.0, 2.0))]
     assert coinciding(pd.DataFrame(rows)) == "; lines that coincide: w: a = b"
     assert coinciding(pd.DataFrame([r for r in rows if r["setting"] != "b"])) == ""
+
+
+def test_a_metric_column_reads_as_an_axis_label_with_its_unit():
+    from chunklab.report.figures import metric_label
+
+    assert metric_label("ttft_p50_s") == "TTFT p50 (s)"
+    assert metric_label("itl_p99_s") == "ITL p99, per gap (s)"
+    assert metric_label("goodput_req_per_s") == "goodput (req/s)"
+    assert metric_label("slo_attainment") == "slo attainment"

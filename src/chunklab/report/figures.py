@@ -16,6 +16,22 @@ HEADLINE = [("ttft_p50_s", "TTFT p50 (s)"), ("ttft_p95_s", "TTFT p95 (s)"), ("it
             ("goodput_req_per_s", "goodput (req/s)")]
 
 
+METRIC_LABELS = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "E2E latency", "goodput": "goodput"}
+AFTER_LABEL = {"itl": ", per gap"}  # the ITL columns pool every token gap
+UNIT_SUFFIXES = (("_req_per_s", "req/s"), ("_s", "s"))
+
+
+def metric_label(key: str) -> str:
+    """A metric column as an axis label: 'ttft_p50_s' -> 'TTFT p50 (s)', 'goodput_req_per_s' -> 'goodput (req/s)'."""
+    unit = ""
+    for suffix, name in UNIT_SUFFIXES:
+        if key.endswith(suffix):
+            key, unit = key[: -len(suffix)], f" ({name})"
+            break
+    head, _, rest = key.partition("_")
+    return " ".join(filter(None, [METRIC_LABELS.get(head, head), rest.replace("_", " ")])) + AFTER_LABEL.get(head, "") + unit
+
+
 def _save(fig, path: Path, title: str, caption: str, tight: bool = True) -> Path:
     """title: what the plot shows; caption: measured or simulated, the machine, the load or rate
     (every figure says them, so a PNG read alone is never another machine's numbers). tight=False: the
@@ -134,7 +150,10 @@ def versus_rate(runs: pd.DataFrame, path: Path, metrics: list[tuple[str, str]], 
                          markers=True, dashes=True, ms=5, ax=ax)
             ax.set(xlabel="arrival rate (req/s)", ylabel=label, title=workload or "")
             ax.get_legend().remove()
-    _legend_outside(axes[0][-1], hue)
+        shown = set(part[hue].astype(str))  # a row's legend names its own settings only (each workload's tuned one)
+        handles, labels = row[-1].get_legend_handles_labels()
+        row[-1].legend(*zip(*[(h, lab) for h, lab in zip(handles, labels) if lab in shown]), title=hue, fontsize=7,
+                       title_fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     return _save(fig, path, title, caption)
 
 
@@ -152,7 +171,7 @@ def fidelity(table: pd.DataFrame, path: Path, caption: str = "") -> Path:
                         capsize=3, label=f"{budget} measured")
             ax.plot(t["rate_per_s"], t["simulated"], color=colors[budget], marker="x", ms=7, ls="--",
                     label=f"{budget} simulated")
-        ax.set(title=metric, xlabel="arrival rate (req/s)")
+        ax.set(title=metric_label(metric), ylabel=metric_label(metric), xlabel="arrival rate (req/s)")
     for ax in list(axes.flat)[len(metrics):]:
         ax.axis("off")
     _legend_outside(axes[0][-1], "budget")
@@ -175,17 +194,34 @@ def budget_load_heatmaps(cells: pd.DataFrame, path: Path, title: str, caption: s
 
 
 def best_budget(best: pd.DataFrame, cells: pd.DataFrame, path: Path, caption: str = "") -> Path:
-    """Left: the best budget per load and workload; right: goodput per budget (only budgets that ran)."""
+    """Left: the best budget per load and workload, hollow where several budgets tie at the best goodput
+    (the tie-break, the lower TTFT p99, picked it); right: goodput per budget (only budgets that ran)."""
     workloads = list(dict.fromkeys(cells["workload"]))
-    fig, axes = plt.subplots(1, 1 + len(workloads), figsize=(5 * (1 + len(workloads)) + 2, 4))
-    sns.lineplot(best, x="load", y="budget", hue="workload", marker="o", ax=axes[0])
-    axes[0].set(yscale="log", ylabel="best budget (tokens/step, log)", xlabel="load (x capacity)",
-                title="Budget with the highest goodput")
-    axes[0].legend(fontsize=7, title="workload", title_fontsize=7)
+    fig, axes = plt.subplots(1, 1 + len(workloads), figsize=(5.5 * (1 + len(workloads)) + 2, 4.5))
+    top = cells.groupby(["workload", "load"])["goodput_req_per_s"].transform("max")
+    tied = (cells[cells["goodput_req_per_s"] >= top * (1 - 1e-9)].groupby(["workload", "load"]).size() > 1)
+    markers = dict(zip(workloads, "oX^s"))
+    colors = dict(zip(workloads, sns.color_palette("dark", len(workloads))))
+    ax = axes[0]
+    for i, workload in enumerate(workloads):
+        w = best[best["workload"] == workload].sort_values("load")
+        ties = w.apply(lambda r: bool(tied.get((workload, r["load"]), False)), axis=1)
+        ax.plot(w["load"], w["budget"], color=colors[workload], lw=1.2, ls="-" if i == 0 else "--", zorder=1)
+        ax.scatter(w["load"], w["budget"], marker=markers[workload], s=70 - 30 * i, zorder=2,
+                   facecolors=[("none" if t else colors[workload]) for t in ties], edgecolors=colors[workload],
+                   label=workload)
+    budgets = sorted(cells["budget"].unique())
+    ax.set(yscale="log", ylabel="best budget (tokens/step, log)", xlabel="load (x capacity)",
+           title="Budget with the highest goodput\n(hollow: budgets tie, the TTFT p99 tie-break picked it)")
+    ax.set_yticks(budgets, [str(b) for b in budgets])
+    ax.minorticks_off()
+    ax.legend(fontsize=8, title="workload", title_fontsize=8)
     frame, order, palette = budget_hue(cells)
+    dashes = dict(zip(order, ["", (4, 2), (1, 1), (6, 2, 1, 2)] * 4))
     for ax, workload in zip(axes[1:], workloads):
         sns.lineplot(frame[frame["workload"] == workload], x="load", y="goodput_req_per_s", hue="budget_label",
-                     hue_order=order, palette=palette, marker=".", ax=ax)
+                     hue_order=order, palette=palette, style="budget_label", style_order=order, dashes=dashes,
+                     markers=True, ms=6, lw=1.6, ax=ax)
         ax.set(xlabel="load (x capacity)", ylabel="goodput (req/s)", title=f"goodput by budget: {workload}")
         ax.get_legend().remove()
     _legend_outside(axes[-1], "budget")
@@ -197,12 +233,15 @@ def queue_timeline(queue: pd.DataFrame, path: Path, caption: str = "") -> Path:
     replays = list(dict.fromkeys(queue["replay"]))
     frame, order, palette = budget_hue(queue)
     fig, axes = plt.subplots(len(replays), 1, figsize=(12, 3 * len(replays)), squeeze=False, sharex=True)
+    times = sorted(queue["time_s"].unique())
+    bin_s = times[1] - times[0] if len(times) > 1 else 0.0
+    styles = dict(zip(order, ["-", "--", ":", "-."] * 4))  # a dash per budget: a line under another still shows
     for ax, replay in zip(axes[:, 0], replays):
         for label in order:
             q = frame[(frame["replay"] == replay) & (frame["budget_label"] == label)]
             if len(q):
-                ax.plot(q["time_s"] / 60, q["waiting"], lw=0.9, color=palette[label], label=label)
-        ax.set(ylabel="requests waiting\n(max per bin)", yscale="symlog", title=f"arrivals {replay}")
+                ax.plot(q["time_s"] / 60, q["waiting"], lw=1.1, ls=styles[label], color=palette[label], label=label)
+        ax.set(ylabel=f"requests waiting\n(max per {bin_s:g} s)", yscale="symlog", title=f"arrivals {replay}")
         _legend_outside(ax, "budget")
     axes[-1, 0].set_xlabel("trace time (min)")
     return _save(fig, path, "Queue length over the Azure conversation trace, by budget", caption)
@@ -220,7 +259,8 @@ def operator_fit(points: pd.DataFrame, path: Path, title: str, caption: str = ""
         ax.scatter(fit["num_tokens"], fit["measured_ms"], s=6, color="tab:blue", label="measured (fit)")
         ax.scatter(held["num_tokens"], held["measured_ms"], s=10, facecolors="none", edgecolors="tab:orange",
                    label="measured (held out)")
-        ax.plot(d["num_tokens"], d["predicted_ms"], color="black", lw=1, label="roofline")
+        # one tick per point: several shapes share a token count, and a line through them draws false spikes
+        ax.plot(d["num_tokens"], d["predicted_ms"], color="black", ls="none", marker="_", ms=7, label="roofline")
         ax.set(xscale="log", yscale="log", title=op, xlabel="tokens", ylabel="ms")
     for ax in list(axes.flat)[len(ops):]:
         ax.axis("off")

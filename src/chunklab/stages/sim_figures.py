@@ -61,8 +61,10 @@ def make_simulated_plots(p: Params, profile: Path, outputs: Path, out_dir: Path)
 
     for d in p.cost_models.devices:
         points = pd.read_csv(outputs / "cost_models" / f"{d.name}_points.csv")
-        figures.operator_fit(points, fit_dir / f"{d.name}_fit.png", f"Llama-2-7B on {d.name.upper()}: Vidur's "
-                             "measured operator times and the roofline fit (hollow: held out)")
+        figures.operator_fit(points, fit_dir / f"{d.name}_fit.png", f"Llama-2-7B on {d.name.upper()}: operator times "
+                             "against the roofline fit (hollow: held out)",
+                             f"MEASURED by Vidur on an {d.name.upper()} (its published profiling data, {d.data}); "
+                             f"the roofline of the {d.hardware} preset fit on them (outputs/cost_models/)")
 
 
 def coinciding(probes: pd.DataFrame) -> str:
