@@ -50,9 +50,9 @@ def capacity_search(job: tuple[RunConfig, SimProductionParams, "SarathiCriterion
                   keys=QUEUE_KEYS)
 
 
-def pair_capacities(cases: list[tuple[str, str, str]], p: SimProductionParams) -> list[Capacity]:
+def pair_capacities(cases: list[tuple[str, str, str]], bases: list[RunConfig], p: SimProductionParams) -> list[Capacity]:
     """Each (model, hardware, workload)'s capacity under the default scheduler, searched in parallel."""
-    jobs = [(reference_config(base_config(m, h, w, p)), p, None, DEFAULT_START) for m, h, w in cases]
+    jobs = [(reference_config(base), p, None, DEFAULT_START) for base in bases]
     found = simulate_many(jobs, p.processes, fn=capacity_search, label="sim_production capacity searches")
     for (model, hardware, workload), cap in zip(cases, found):
         if cap.rate_req_per_s <= 0:
@@ -61,9 +61,8 @@ def pair_capacities(cases: list[tuple[str, str, str]], p: SimProductionParams) -
     return found
 
 
-def grid_configs(model: str, hardware: str, workload: str, cap: float, p: SimProductionParams) -> tuple[list, list]:
+def grid_configs(base: RunConfig, cap: float, p: SimProductionParams) -> tuple[list, list]:
     """The budgets x loads x seeds runs of one case: their (budget, load, seed) keys and configs."""
-    base = base_config(model, hardware, workload, p)
     trace_rate = natural_rate(base) if base.workload.kind == "trace" else None
     grid = list(itertools.product(p.budgets, p.loads, seeds_for(base, p.seeds)))
     return grid, [at_rate(with_scheduler(base, budget=b), load * cap, s, trace_rate) for b, load, s in grid]
@@ -139,14 +138,14 @@ def run(p: SimProductionParams, out_dir: Path, table_path: Path) -> None:
     the plots stage draws the cells) and the table at table_path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     cases = [(m, h, w) for (m, h), w in itertools.product(p.pairs, p.workloads)]
-    found = pair_capacities(cases, p)
-    grids = [grid_configs(m, h, w, cap.rate_req_per_s, p) for (m, h, w), cap in zip(cases, found)]
+    bases = [base_config(m, h, w, p) for m, h, w in cases]
+    found = pair_capacities(cases, bases, p)
+    grids = [grid_configs(base, cap.rate_req_per_s, p) for base, cap in zip(bases, found)]
     summaries = iter(simulate_many([c for _, cfgs in grids for c in cfgs], p.processes, fn=simulate_regime,
                                    label="sim_production grid"))
     caps, probes, cells = [], [], []
-    for (model, hardware, workload), cap, (grid, _) in zip(cases, found, grids):
+    for (model, hardware, workload), base, cap, (grid, _) in zip(cases, bases, found, grids):
         key = {"model": model, "hardware": hardware, "workload": workload}
-        base = base_config(model, hardware, workload, p)
         caps.append(key | {"num_blocks": base.engine.num_blocks, "max_num_seqs": base.scheduler.max_num_seqs,
                            "capacity_req_per_s": cap.rate_req_per_s, "hi_req_per_s": cap.hi_req_per_s})
         probes.extend(key | probe for probe in cap.probes)
