@@ -75,6 +75,13 @@ class Instance:
         self.steps.append(record)
         return record, finished
 
+    def step_logged(self, now: float) -> list[Sequence]:
+        """step(now) for a caller that needs no record (the simulator): the step is logged all the same."""
+        self.engine.clock.wait_until(now)
+        values, features, finished = self.engine.step_values()
+        self.steps.append_values(values, features)
+        return finished
+
     def hand_off(self) -> list[Sequence]:
         """A prefill instance's sequences whose first token the last step sampled, out of its running
         set (their blocks held until sent)."""

@@ -44,6 +44,10 @@ class _Simulation:
         self.cluster, self.on_done = cluster, on_done
         self.events: list[tuple] = []  # (time, kind, tiebreak, payload)
         self.busy = [False] * len(cluster.instances)
+        # False once an idle instance was found without work: it gains work only by a request routed to it
+        # (_arrive), a transfer landing on it (_transfer_ended) or its own step's end, which set it back to
+        # True. Spares asking every idle instance's has_work at every event.
+        self.may_have_work = [True] * len(cluster.instances)
         self.sequences: dict[int, Sequence] = {}
         self.placements: dict[int, Placement] = {}
         self._num_transfers = 0
@@ -84,18 +88,23 @@ class _Simulation:
         return ClusterRun(result, self.placements)
 
     def _start_steps(self, now: float) -> None:
+        busy, may_have_work = self.busy, self.may_have_work
         for inst in self.cluster.instances:
-            if self.busy[inst.index] or not inst.has_work:
+            if busy[inst.index] or not may_have_work[inst.index]:
+                continue
+            if not inst.has_work:
+                may_have_work[inst.index] = False
                 continue
             for admitted in inst.admit_arrived():
                 where = self.placements[admitted.request.request_id]
                 where.admitted_s = max(now, inst.now())
-            record, finished = inst.step(now)
+            finished = inst.step_logged(now)
             self.busy[inst.index] = True
             heapq.heappush(self.events, (inst.now(), STEP_END, inst.index, finished))
 
     def _step_ended(self, index: int, finished: list[Sequence], now: float) -> None:
         self.busy[index] = False
+        self.may_have_work[index] = True
         inst = self.cluster.instances[index]
         if finished:
             self.on_done(len(finished))
@@ -113,6 +122,7 @@ class _Simulation:
     def _transfer_ended(self, seq: Sequence, source, target, end: float) -> None:
         source.release_sent(seq)
         target.receive(seq)
+        self.may_have_work[target.index] = True
         where = self.placements[seq.request.request_id]
         where.transfer_end_s = end
 
@@ -125,6 +135,7 @@ class _Simulation:
         else:
             inst = self.cluster.entry[self.cluster.router.choose(self.cluster.entry, request)]
             seq = inst.add(request)
+            self.may_have_work[inst.index] = True
             where = Placement(prefill_instance=inst.name)
         self.sequences[seq.seq_id] = seq
         self.placements[seq.seq_id] = where

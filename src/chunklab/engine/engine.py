@@ -105,6 +105,13 @@ class LLMEngine:
         return self.scheduler.num_unfinished > 0
 
     def step(self) -> tuple[StepRecord, list[Sequence]]:
+        values, features, finished = self.step_values()
+        return StepRecord(*values, features=features), finished
+
+    def step_values(self) -> tuple[tuple, list[float] | None, list[Sequence]]:
+        """One step, as step() but its record unbuilt: the record's fields before `features` as a tuple in
+        their order (StepLog.append_values takes them), the features (None unless logged), the finished
+        sequences. The simulator logs every step this way, sparing a StepRecord per step."""
         start_s = self.clock.now()
         plan = self.scheduler.schedule()
         if plan.is_empty:
@@ -117,12 +124,7 @@ class LLMEngine:
         self.clock.advance(predicted_s)  # moves only a simulated clock
         end_s = self.clock.now()
         finished = self.scheduler.postprocess(plan, sampled, start_s, end_s)
-        record = StepRecord(
-            start_s=start_s, duration_s=self.clock.now() - start_s,
-            num_decode_tokens=plan.num_decode_tokens, num_prefill_tokens=plan.num_prefill_tokens,
-            num_prefill_chunks=len(plan.prefills), num_running=self.scheduler.num_running,
-            num_waiting=self.scheduler.num_waiting, num_free_blocks=self.block_manager.num_free_blocks,
-            num_preempted=len(plan.preempted), predicted_s=predicted_s,
-            features=shape.features() if self.log_features else None,
-        )
-        return record, finished
+        values = (start_s, self.clock.now() - start_s,  # start_s, duration_s (a wall clock's includes postprocess)
+                  plan.num_decode_tokens, plan.num_prefill_tokens, len(plan.prefills), self.scheduler.num_running,
+                  self.scheduler.num_waiting, self.block_manager.num_free_blocks, len(plan.preempted), predicted_s)
+        return values, shape.features() if self.log_features else None, finished

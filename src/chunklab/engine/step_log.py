@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from array import array
+from operator import attrgetter
 
 from chunklab.engine.engine import StepRecord
 from chunklab.engine.step_shape import FEATURES
@@ -18,7 +19,8 @@ class StepLog:
     def __init__(self, with_features: bool = False):
         """with_features: also keep each step's FEATURES (a measured run's, to fit cost models on)."""
         self.columns = {name: array("d" if name in FLOAT_FIELDS else "q") for name in FIELDS}
-        self._appenders = [(name, column.append) for name, column in self.columns.items()]
+        self._appends = [column.append for column in self.columns.values()]  # in FIELDS order
+        self._values = attrgetter(*FIELDS)  # a record's FIELDS as a tuple, in one call (append runs every step)
         self.feature_columns = [array("d") for _ in FEATURES] if with_features else []
         self.columns |= {FEATURE_PREFIX + name: c for name, c in zip(FEATURES, self.feature_columns)}
 
@@ -43,12 +45,15 @@ class StepLog:
         return log
 
     def append(self, step: StepRecord) -> None:
-        for name, column in self._appenders:
-            value = getattr(step, name)
-            column(math.nan if value is None else value)
+        self.append_values(self._values(step), step.features)
+
+    def append_values(self, values: tuple, features: list[float] | None = None) -> None:
+        """A step given as a StepRecord's fields before `features`, in their order (FIELDS), and its features:
+        as append(StepRecord(*values, features=features)), without building the record."""
+        for column_append, value in zip(self._appends, values):
+            column_append(math.nan if value is None else value)
         if self.feature_columns:
-            features = step.features or [math.nan] * len(FEATURES)
-            for column, value in zip(self.feature_columns, features):
+            for column, value in zip(self.feature_columns, features or [math.nan] * len(FEATURES)):
                 column.append(value)
 
     def __len__(self) -> int:

@@ -42,8 +42,8 @@ class StepShape:
     @classmethod
     def of(cls, plan: StepPlan, mixed_batch: bool) -> "StepShape":
         """Read before the step runs: the sequences' counters still say what is cached."""
-        return cls(tuple(s.num_computed_tokens + 1 for s in plan.decodes),
-                   tuple(Segment(c.num_tokens, c.seq.num_computed_tokens, c.is_last) for c in plan.prefills),
+        return cls(tuple([s.num_computed_tokens + 1 for s in plan.decodes]),  # a list first: faster than a generator
+                   tuple([Segment(c.num_tokens, c.seq.num_computed_tokens, c.is_last) for c in plan.prefills]),
                    mixed_batch)
 
     @property
@@ -60,10 +60,10 @@ class StepShape:
         return cached
 
     def _features(self) -> list[float]:
-        if self.mixed_batch:
-            passes = [(self.decode_ctx_lens, self.segments)]
-        else:
-            passes = ([(self.decode_ctx_lens, ())] if self.decode_ctx_lens else []) + [((), (s,)) for s in self.segments]
+        if self.mixed_batch:  # one pass (the simulator's every step): its features are the step's, as the
+            # sum below would give them (adding counts to zeros changes no bit: never -0.0 or NaN)
+            return list(_pass_features(self.decode_ctx_lens, self.segments))
+        passes = ([(self.decode_ctx_lens, ())] if self.decode_ctx_lens else []) + [((), (s,)) for s in self.segments]
         total = [0.0] * len(FEATURES)
         for ctx_lens, segs in passes:
             for i, value in enumerate(_pass_features(ctx_lens, segs)):

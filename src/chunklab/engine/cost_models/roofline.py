@@ -109,18 +109,23 @@ class RooflineCostModel:
             + self._step_s
 
     def pass_s(self, rows: float, sampled_rows: float, query_key_pairs: float, kv_tokens_read: float) -> float:
-        """One forward pass over `rows` rows; equal to summing gemm_s and elementwise_s per layer."""
+        """One forward pass over `rows` rows; equal to summing gemm_s and elementwise_s per layer. Runs every
+        simulated step: `b if b > a else a` is max(a, b) (the same float, added in the same order) without
+        the builtin's call."""
         t = self._pair_s * query_key_pairs + self._kv_token_s * kv_tokens_read
         if rows > 0:
             scaled = rows + self._half_rows
             for per_row_s, weights_s in self._gemms:
-                t += max(per_row_s * scaled, weights_s)
-            floor = self._kernel_floor_s
+                compute_s = per_row_s * scaled
+                t += weights_s if weights_s > compute_s else compute_s
+            floor_s = self._kernel_floor_s
             for per_token_s in self._elementwise:
-                t += max(floor, per_token_s * rows)
+                moved_s = per_token_s * rows
+                t += moved_s if moved_s > floor_s else floor_s
         if sampled_rows > 0:
             per_row_s, weights_s = self._head
-            t += max(per_row_s * (sampled_rows + self._half_rows), weights_s)
+            compute_s = per_row_s * (sampled_rows + self._half_rows)
+            t += weights_s if weights_s > compute_s else compute_s
         return t
 
 
