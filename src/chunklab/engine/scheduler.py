@@ -195,15 +195,9 @@ class Scheduler:
                 yield seq
 
     def _schedule_decodes(self, plan: StepPlan) -> None:
-        # The simulator's hottest loop (one pass per running decode per step): the common case, a
-        # token that fits the sequence's own blocks, is tested inline before _make_room.
-        fits_own_blocks = self.block_manager.fits_own_blocks
-        decodes = plan.decodes
-        for seq in list(self._running):  # as _running_in(DECODING), unrolled
-            if self._budget_left < 1:
-                return
-            if seq.phase is Phase.DECODING and (fits_own_blocks(seq, 1) or self._make_room(seq, 1, plan) == 1):
-                decodes.append(seq)
+        for seq in self._running_in(Phase.DECODING):
+            if self._make_room(seq, 1, plan) == 1:
+                plan.decodes.append(seq)
                 self._budget_left -= 1
 
     def _schedule_running_prefills(self, plan: StepPlan) -> None:
