@@ -2,6 +2,7 @@
 capacity by bisection (issue 18)."""
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -196,6 +197,18 @@ def test_capacity_bisection_brackets_the_true_capacity(capacity):
     found = bisect(measure, 0.9, (3.7 * 0.96, 3.7 * 1.04), 0.03, widen=1.1)
     assert found.lo_req_per_s <= capacity < found.hi_req_per_s
     assert found.hi_req_per_s / found.lo_req_per_s <= 1.03 and len(found.probes) == len(set(seen))
+
+
+def test_a_bracket_built_to_the_tolerance_is_decided_by_its_two_probes():
+    """The capacity stage's measured search starts at hi / lo = 1 + rel_tol around its prediction:
+    when the capacity lies inside, the two ends decide it (rounding must not add a third probe)."""
+    def measure(rate):
+        return {"rate_per_s": rate, "slo_attainment": 1.0 if rate <= 11.9 else 0.5}
+
+    for centre in (11.7, 11.94, 12.1):
+        half = math.sqrt(1.04)
+        found = bisect(measure, 0.9, (centre / half, centre * half), 0.04, widen=1.08)
+        assert len(found.probes) == 2 and found.lo_req_per_s <= 11.9 < found.hi_req_per_s
 
 
 @pytest.mark.slow  # a full 1-thread calibration of TinyGPT (~5 min) and a 300-request measured run

@@ -63,6 +63,9 @@ def test_the_report_states_wins_and_losses(tmp_path):
     assert "static_tokens_per_s (0.83x vLLM's rate)" in text
     compare.table(ours, None).to_csv(tmp_path / "perf_vs_vllm.csv")
     assert "not installed" in " ".join(peer_findings(tmp_path))
+    compare.table(None, None).to_csv(tmp_path / "perf_vs_vllm.csv")  # perf without the peer: no rows
+    text = " ".join(peer_findings(tmp_path))
+    assert "not installed" in text and "after is better" not in text
 
 
 def test_the_worker_runs_under_the_peer_python_with_vllms_cpu_settings(tmp_path, monkeypatch):

@@ -99,7 +99,7 @@ def bisect(measure, target: float, start: tuple[float, float], rel_tol: float,
         lo, hi = hi, hi * widen
         if hi > 1e4:
             return Capacity(lo, math.inf, probes)
-    while hi / lo > 1 + rel_tol:
+    while hi / lo > (1 + rel_tol) * (1 + 1e-9):  # a bracket built to 1 + rel_tol is done, rounding aside
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if passes(mid) else (lo, mid)
     return Capacity(lo, hi, probes)

@@ -145,10 +145,14 @@ def theirs(p: dict, overrides: list[str], threads: int) -> dict[str, float]:
     return out
 
 
-def table(ours_: dict[str, dict[str, float]], vllm: dict[str, float] | None) -> pd.DataFrame:
-    """One row per measurement: before, after, vLLM, after / vLLM, and whether after is at least as good."""
+COLUMNS = ["measurement", "unit", BEFORE_COLUMN, "chunklab after", "vLLM", "after / vLLM", "at least as good as vLLM"]
+
+
+def table(ours_: dict[str, dict[str, float]] | None, vllm: dict[str, float] | None) -> pd.DataFrame:
+    """One row per measurement: before, after, vLLM, after / vLLM, and whether after is at least as good.
+    ours_ None (nothing compared): no rows, the same columns."""
     rows = []
-    for key, after in ours_["after"].items():
+    for key, after in (ours_ or {"after": {}})["after"].items():
         higher_better = key.endswith("tokens_per_s")
         scale, unit = (1.0, "tok/s") if higher_better else (1e3, "ms")
         peer = None if vllm is None else vllm.get(key)
@@ -158,4 +162,4 @@ def table(ours_: dict[str, dict[str, float]], vllm: dict[str, float] | None) -> 
                      "unit": unit, BEFORE_COLUMN: scale * ours_["before"][key], "chunklab after": scale * after,
                      "vLLM": None if peer is None else scale * peer, "after / vLLM": ratio,
                      "at least as good as vLLM": ok})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=COLUMNS)

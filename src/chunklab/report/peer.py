@@ -13,6 +13,9 @@ def peer_findings(outputs: Path) -> list[str]:
     if not path.is_file():
         return []
     df = pd.read_csv(path)
+    if df.empty:
+        return ["vLLM was not installed when the perf stage ran (`make peers`): no comparison, and no "
+                "before / after serving runs (they run beside vLLM's)."]
     change = df["chunklab after"] / df[BEFORE_COLUMN]
     faster = df["unit"].eq("tok/s")
     gain = (change.where(faster, 1 / change) - 1) * 100  # positive: after is better

@@ -2,15 +2,19 @@
 simulated capacity of this machine's profile, by the same search.
 
 Capacity: the highest Poisson rate at which >= target of one seed's num_requests requests meet
-the SLO. Simulated: bisection to sim_rel_tol (exact, seconds). Measured: bisection from a
-bracket around the simulated figure (widened by `widen` steps until it holds) to rel_tol; each
-probe is one real run of num_requests requests, long enough to build a queue.
+the SLO. Simulated: bisection to sim_rel_tol (exact, seconds). Measured: bisection to rel_tol;
+each probe is one real run of num_requests requests, long enough to build a queue.
 
 A speed sentinel (calibration/sentinel.py) is read before every measured probe and after the
-last; the simulated search runs again with every step scaled by their geometric mean.
+last. The measured search starts from a bracket of hi / lo = 1 + rel_tol around the simulated
+capacity with every step scaled by the first reading (the machine as it runs now), widened by
+`widen` steps until it holds the capacity: where the prediction is right, two probes decide it,
+as precisely as more would. The simulated search runs again with every step scaled by the
+geometric mean of all the readings.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -47,14 +51,18 @@ def run(p: CapacityParams, profile: Path, out_dir: Path, table_path: Path) -> No
         return ({"rate_per_s": float(row["rate_per_s"])} | {k: float(row.get(k, float("nan"))) for k in PROBE_KEYS}
                 | {"sentinel_ratio": geometric_mean(readings[-2:])})
 
-    c = sim.rate_req_per_s
-    real = capacity.bisect(measure, p.target, (c * 0.96, c * 1.04), p.rel_tol, widen=p.widen)
-    # The machine's speed over the whole search, and the simulated capacity of the profile scaled
-    # by it: the same bisection with every predicted step that much longer.
+    def simulated_at_speed(scale: float) -> capacity.Capacity:
+        """The same bisection with every predicted step `scale` times as long."""
+        scaled_cfg = compose_run_config(base + ["tracking=none", "engine.executor=simulated",
+                                                f"hardware.step_time_scale={scale}"])
+        return capacity.search(scaled_cfg, [p.seed], p.target, p.sim_rel_tol, processes=1, start=(1.0, 16.0))
+
+    start = simulated_at_speed(readings[0]).rate_req_per_s
+    half = math.sqrt(1 + p.rel_tol)
+    real = capacity.bisect(measure, p.target, (start / half, start * half), p.rel_tol, widen=p.widen)
+    # The machine's speed over the whole search, and the simulated capacity at that speed.
     scale = geometric_mean(readings)
-    scaled_cfg = compose_run_config(base + ["tracking=none", "engine.executor=simulated",
-                                            f"hardware.step_time_scale={scale}"])
-    scaled = capacity.search(scaled_cfg, [p.seed], p.target, p.sim_rel_tol, processes=1, start=(1.0, 16.0))
+    scaled = simulated_at_speed(scale)
     out_dir.mkdir(parents=True, exist_ok=True)
     table = pd.DataFrame([{"budget": p.budget, "measured_req_per_s": real.lo_req_per_s,
                            "simulated_req_per_s": sim.lo_req_per_s,
@@ -73,7 +81,8 @@ def run(p: CapacityParams, profile: Path, out_dir: Path, table_path: Path) -> No
             f"{p.num_requests} requests per probe; capacity = the highest rate at which >= {p.target:.0%} of "
             f"requests meet the SLO. Simulated with this machine's profile ({profile}), bisected to "
             f"{p.sim_rel_tol:.1%}; measured by bisection to {p.rel_tol:.0%} from a bracket around the simulated "
-            f"figure ({len(real.probes)} measured probes, each in outputs/capacity/probes.csv). Capacity lies between "
+            f"capacity at the speed the sentinel read before the first probe ({start:.2f} req/s; "
+            f"{len(real.probes)} measured probes, each in outputs/capacity/probes.csv). Capacity lies between "
             f"each pair of columns. Sentinel-scaled: the simulated search again, every predicted step times "
             f"{scale:.3f}, the geometric mean of {len(readings)} speed-sentinel readings taken before each measured "
             f"probe and after the last (a short serving replay on the real engine against the profile, over the same "

@@ -120,10 +120,11 @@ def limits(p: PerfParams, cfg, progress: Progress) -> list[dict]:
     progress.part(f"peak memory of fresh runs of {p.rss_requests} requests")
     small, large = p.rss_requests
     base = ["experiment=ch10", *p.overrides]
-    rss = {k: {size: peak_rss_mb(base + [f"workload.num_requests={size}", f"engine.linear_library={e.linear_library}",
-                                         f"engine.prefill_attention={e.prefill_attention}"])
-               for size in (small, large)} for k, e in PATHS.items()}
-    kv_mb = bench.make_engine(m, PATHS["probed"], budget=8).executor.kv_cache_bytes / 2**20
+    # the probed path only: memory is the model and the KV pool, which the two paths share
+    probed = PATHS["probed"]
+    rss = {size: peak_rss_mb(base + [f"workload.num_requests={size}", f"engine.linear_library={probed.linear_library}",
+                                     f"engine.prefill_attention={probed.prefill_attention}"]) for size in (small, large)}
+    kv_mb = bench.make_engine(m, probed, budget=8).executor.kv_cache_bytes / 2**20
     if p.time_build:
         progress.part("a from-scratch build of the fused forward")
     build_s = fused_build_s() if p.time_build else None
@@ -166,13 +167,12 @@ def limits(p: PerfParams, cfg, progress: Progress) -> list[dict]:
             f"8 x {p.hf_prompt_tokens}-token prompts, {p.hf_new_tokens} new tokens greedy: probed {tps['probed']:.0f}"
             f" tok/s, before {tps['mkl']:.0f}, HF generate {tps['hf']:.0f} (medians of 3, alternated)",
             tps["mkl"] / tps["hf"]),
-        row(f"peak_rss_{small}_requests_mb", rss["probed"][small], "MiB", lambda v: v < 1536, "< 1.5 GB",
-            "run.py experiment=ch10, fresh process, MLflow off", rss["mkl"][small]),
-        row(f"peak_rss_{large}_requests_mb", rss["probed"][large], "MiB", lambda v: v < 1536, "< 1.5 GB", "same",
-            rss["mkl"][large]),
-        row("rss_growth_large_vs_small", rss["probed"][large] / rss["probed"][small], "ratio", lambda v: v <= 1.1,
-            "not growing (<= 1.1)", "", rss["mkl"][large] / rss["mkl"][small]),
-        row("kv_pool_share_of_peak", kv_mb / rss["probed"][large], "ratio", None, "", f"KV pool {kv_mb:.0f} MiB"),
+        row(f"peak_rss_{small}_requests_mb", rss[small], "MiB", lambda v: v < 1536, "< 1.5 GB",
+            "run.py experiment=ch10, fresh process, MLflow off"),
+        row(f"peak_rss_{large}_requests_mb", rss[large], "MiB", lambda v: v < 1536, "< 1.5 GB", "same"),
+        row("rss_growth_large_vs_small", rss[large] / rss[small], "ratio", lambda v: v <= 1.1,
+            "not growing (<= 1.1)", ""),
+        row("kv_pool_share_of_peak", kv_mb / rss[large], "ratio", None, "", f"KV pool {kv_mb:.0f} MiB"),
         *([row("fused_build_s", build_s, "s", None, "", "g++ build of the fused forward in a fresh directory (once "
                "per machine; `make setup` does it; never inside a step)")] if p.time_build else []),
     ]
