@@ -63,6 +63,16 @@ def test_a_claim_the_data_contradict_is_reported_as_not_holding():
     assert verdict(runs_table((0.01,) * 3, (0.1,) * 3, (9.5, 9.6, 9.7)), "goodput falls") == FAILS
 
 
+def test_ranges_apart_by_less_than_the_minimum_effect_are_noise():
+    """Two repeats' ranges that miss each other by a hair (goodput bound by the arrivals, every request in
+    SLO): not an effect. The same ranges 10% apart are."""
+    assert verdict(runs_table((0.01,) * 3, (0.1,) * 3, (6.688, 6.691, 6.694), (6.695,) * 3), "goodput falls") == NOISE
+    assert verdict(runs_table((0.01,) * 3, (0.1,) * 3, (6.0, 6.01, 6.02), (6.695,) * 3), "goodput falls") == HOLDS
+    split = pd.DataFrame([{"attention": "paged", "passes": 1, "median_ms": 100.0, "min_ms": 99.0, "max_ms": 100.0},
+                          {"attention": "paged", "passes": 24, "median_ms": 101.0, "min_ms": 100.5, "max_ms": 101.5}])
+    assert split_verdicts(split)["verdict"].item() == NOISE
+
+
 def test_a_load_with_one_budget_decides_nothing():
     one = runs_table((0.01,) * 3, (0.1,) * 3)
     assert set(budget_verdicts(one[one["budget"] == 64])["verdict"]) == {NA}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from chunklab.report.claims import NA, SCORE, budget_verdicts, split_verdicts, verdict_table
+from chunklab.report.claims import MIN_EFFECT, NA, SCORE, budget_verdicts, split_verdicts, verdict_table
 from chunklab.report.disagg_text import disagg_metrics
 from chunklab.report.production import production_metrics
 
@@ -82,8 +82,10 @@ def claim_findings(runs: pd.DataFrame, split: pd.DataFrame, outputs: Path) -> li
     verdicts = verdicts[verdicts["verdict"] != NA]
     lines = ["### The chapter's claims, decided by the data (measured)",
              "Each claim compares the smallest budget measured at a load with the largest: **holds** when "
-             "their ranges over repeated runs do not overlap and the medians move as the chapter says, **does "
-             "not hold** when they move the other way, **within noise** when the repeats' ranges overlap.",
+             "their ranges over repeated runs do not overlap and the medians move as the chapter says by at least "
+             f"{MIN_EFFECT:.0%}, **does not hold** when they move the other way, **within noise** when the "
+             f"repeats' ranges overlap or the medians differ by less than {MIN_EFFECT:.0%} (with 2-3 repeats, "
+             "ranges miss each other by chance alone one time in three to ten).",
              verdict_table(verdicts)]
     if undecided:
         lines.append(f"No verdict at {', '.join(undecided)}: one budget was measured there.")
