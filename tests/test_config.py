@@ -6,6 +6,8 @@ import pytest
 
 from chunklab.config import ConfigError
 from chunklab.experiments.compose import compose_run_config
+from chunklab.experiments.prepare import prepare
+from chunklab.hydra_compose import compose_config
 
 
 def build_run_config(overrides):
@@ -34,7 +36,11 @@ def test_chapter_experiment():
 @pytest.mark.parametrize("group", ["scheduler=prefill_first", "scheduler=sarathi", "workload=short_prompts",
                                    "slo=itl_p99", "tracking=none", "model=micro", "engine=cuda"])
 def test_every_option_composes(group):
-    build_run_config(compose_cfg(group))
+    """Composed and validated everywhere; prepared (made concrete for this machine) where its device is here:
+    engine=cuda on a machine without one is the one line of test_cli's device test."""
+    cfg = compose_config([group])
+    if cfg.engine.device == "cpu":
+        prepare(cfg)
 
 
 @pytest.mark.parametrize("override, key", [
@@ -83,8 +89,10 @@ def test_every_config_file_matches_the_schema():
                  "topology": ["engine=simulated", "engine.profile=outputs/profiles/machine.json"]}.get(group, [])
         if group == "model" and path.stem in ("tiny_gpt", "micro"):
             extra = []
-        cfg = build_run_config(compose_cfg(override, *extra))  # azure_conv reads the vendored trace
+        cfg = compose_config([override, *extra])  # azure_conv reads the vendored trace
         assert cfg.model.num_layers >= 1, override
+        if cfg.engine.device == "cpu":  # prepared where its device is here
+            prepare(cfg)
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -76,17 +76,18 @@ def test_auto_calibrates_this_machine_once_then_reuses_it(tmp_path, monkeypatch,
     from chunklab.app import run_experiment
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
-    cfg = compose_run_config(SMALL)
-    assert cfg.engine.profile == "auto"
-    first = run_experiment(cfg, tmp_path / "a")
+    cfg = compose_run_config(SMALL)  # prepared: the one place a profile is resolved (and calibrated)
     err = capfd.readouterr().err
     assert err.count("calibrating it now") == 1 and "engine.profile=auto" in err
     path = machine_profile_path(cfg.model, cfg.engine)
+    assert cfg.engine.profile == str(path)
+    first = run_experiment(cfg, tmp_path / "a")
+    assert "calibrating" not in capfd.readouterr().err
     assert path.parent == tmp_path / "cache" and path.is_file()
     doc = json.loads(path.read_text())
     assert doc["fingerprint"] == fingerprint(cfg.model, cfg.engine) and doc["fingerprint_id"] in path.name
     assert first.tags["profile.digest"] and first.summary["step_time_vs_predicted_p50"] > 0  # it guards the run
-    second = run_experiment(cfg, tmp_path / "b")
+    second = run_experiment(compose_run_config(SMALL), tmp_path / "b")
     assert "calibrating" not in capfd.readouterr().err
     assert second.tags["profile.digest"] == first.tags["profile.digest"]
     steps = pd.read_csv(tmp_path / "b" / "steps.csv")  # a measured run's steps carry their shapes

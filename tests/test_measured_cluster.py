@@ -87,7 +87,7 @@ def test_a_request_offered_twice_is_refused():
 def single_engine_digests(cfg):
     """Greedy outputs of one engine on one thread: what every topology must reproduce token for token."""
     engine = build_engine(cfg.model, replace(cfg.engine, threads=1), cfg.scheduler)
-    result = replay(engine, make_requests(cfg)[0])
+    result = replay(engine, make_requests(cfg.workload, cfg.model)[0])
     return [tuple(s.output_token_ids) for s in result.sequences]
 
 
@@ -143,7 +143,7 @@ def test_a_run_ended_before_every_instance_is_ready_leaves_no_shared_memory_segm
             ended.append(time.monotonic())
         return how == "stopped"
 
-    run = cluster.run(make_requests(cfg)[0], should_stop=should_stop)
+    run = cluster.run(make_requests(cfg.workload, cfg.model)[0], should_stop=should_stop)
     assert ended and run.result.stopped
     if how == "killed":
         assert str(run.result.error).startswith("instance prefill0 (pid ") and "exit code -9" in str(run.result.error)
@@ -293,8 +293,8 @@ def test_more_instances_than_cores_is_one_line_naming_the_value():
 
 @TWO_CORES
 def test_an_instance_that_fails_to_start_ends_the_run_with_its_error_and_every_request_unfinished():
-    cfg = compose_run_config([*MICRO, "topology=replicas", "engine.device=cuda"])
-    run = execute(cfg)
+    cfg = compose_run_config([*MICRO, "topology=replicas"])  # prepare refuses a device that is not here:
+    run = execute(replace(cfg, engine=replace(cfg.engine, device="cuda")))  # so the instances meet it
     assert isinstance(run.result.error, InstanceDied)
     line = str(run.result.error)
     assert line.startswith("instance replica") and " failed: ConfigError: engine.device='cuda'" in line

@@ -25,6 +25,11 @@ def h100_8b(*extra):
     return compose_run_config([*H100_8B, *extra])
 
 
+def _cost_inputs(cfg):
+    """What a cost model is built from: the model, the engine and the hardware, never the whole run."""
+    return cfg.model, cfg.engine, cfg.hardware
+
+
 @pytest.mark.parametrize("model, params", [("llama3_8b", 8_030_261_248), ("llama2_7b", 6_738_415_616),
                                            ("mistral_7b", 7_241_732_096), ("mistral_nemo_12b", 12_247_782_400)])
 def test_model_presets_have_their_published_parameter_counts(model, params):
@@ -53,7 +58,7 @@ def reference_pass_s(cm: RooflineCostModel, rows, sampled, pairs, kv_tokens) -> 
 
 
 def test_folded_prediction_equals_the_formulas_term_by_term():
-    cm, _ = cost_model_for(h100_8b(), required=True)
+    cm, _ = cost_model_for(*_cost_inputs(h100_8b()), required=True)
     rng = random.Random(0)
     for _ in range(200):
         decodes = tuple(rng.randint(2, 8000) for _ in range(rng.randint(0, 256)))
@@ -68,10 +73,10 @@ def test_folded_prediction_equals_the_formulas_term_by_term():
 
 def test_roofline_shapes_decode_by_bandwidth_and_prefill_by_flops():
     cfg = h100_8b()
-    cm, _ = cost_model_for(cfg, required=True)
+    cm, _ = cost_model_for(*_cost_inputs(cfg), required=True)
     e = cfg.hardware.efficiency
     one = cm.predict_features(StepShape((100,), (), True).features())
-    weights_s = weight_bytes(cfg) / (cfg.hardware.memory_bandwidth_gb_per_s * 1e9 * e.weight_bandwidth)
+    weights_s = weight_bytes(cfg.model) / (cfg.hardware.memory_bandwidth_gb_per_s * 1e9 * e.weight_bandwidth)
     assert weights_s < one < 1.3 * weights_s + e.step_overhead_s  # batch-1 decode: the weights read once
     # a longer context reads more K/V; more decode rows cost less than proportionally (weights shared)
     assert cm.predict_features(StepShape((8000,), (), True).features()) > one
@@ -99,10 +104,10 @@ def test_the_kv_pool_is_sized_from_memory_as_vllm_does():
     cfg = h100_8b()
     usable = 80e9 * 0.9 - 1e9
     assert cfg.scheduler.max_num_seqs == 256
-    assert cfg.engine.num_blocks == pool_blocks(cfg) > 0
-    kv = cfg.engine.num_blocks * kv_bytes_per_block(cfg)
-    assert 0.7 * (usable - weight_bytes(cfg)) < kv <= usable - weight_bytes(cfg)
-    assert kv_bytes_per_block(cfg) == 2 * 32 * 8 * 128 * 2 * 16  # K and V, 32 layers, 8 KV heads, bf16
+    assert cfg.engine.num_blocks == pool_blocks(cfg.model, cfg.engine, cfg.scheduler, cfg.hardware) > 0
+    kv = cfg.engine.num_blocks * kv_bytes_per_block(cfg.model, cfg.engine)
+    assert 0.7 * (usable - weight_bytes(cfg.model)) < kv <= usable - weight_bytes(cfg.model)
+    assert kv_bytes_per_block(cfg.model, cfg.engine) == 2 * 32 * 8 * 128 * 2 * 16  # K and V, 32 layers, 8 KV heads, bf16
     bigger = h100_8b("hardware.memory_gb=141")
     assert bigger.engine.num_blocks > cfg.engine.num_blocks
     assert h100_8b("engine.num_blocks=1000").engine.num_blocks == 1000  # an explicit pool is kept
@@ -129,8 +134,8 @@ def test_trace_lengths_fit_the_model_when_length_scale_is_null():
 
     tiny = compose_run_config(["engine=simulated", "tracking=none", "workload=azure_conv", "workload.num_requests=50"])
     big = h100_8b("workload=azure_conv", "workload.num_requests=50")
-    tiny_prompts = [len(r.prompt_token_ids) for r in make_requests(tiny)[0]]
-    big_prompts = [len(r.prompt_token_ids) for r in make_requests(big)[0]]
+    tiny_prompts = [len(r.prompt_token_ids) for r in make_requests(tiny.workload, tiny.model)[0]]
+    big_prompts = [len(r.prompt_token_ids) for r in make_requests(big.workload, big.model)[0]]
     assert big_prompts[0] == 374 and tiny_prompts[0] == round(374 * 0.5)  # the trace's first row: 374 tokens
 
 
@@ -258,7 +263,7 @@ def test_cpu_roofline_fit_scores_held_out_probe_shapes():
 
 def test_roofline_needs_one_forward_a_step():
     with pytest.raises(ConfigError, match="mixed_batch"):
-        cost_model_for(h100_8b("engine.mixed_batch=false"), required=True)
+        cost_model_for(*_cost_inputs(h100_8b("engine.mixed_batch=false")), required=True)
 
 
 def test_vidur_data_is_vendored_unchanged_with_its_licence():

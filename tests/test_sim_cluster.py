@@ -51,7 +51,7 @@ def test_one_instance_reproduces_the_replay_of_one_engine(cfgs, tmp_path):
     """topology=single (and replicas=1) through the cluster clock: every record and every step equal
     to replay() of one engine, the path every committed sim_* output was made by."""
     cfg = with_(cfgs["single"], workload={"num_requests": 120, "rate_per_s": 12.0})
-    requests, _ = make_requests(cfg)
+    requests, _ = make_requests(cfg.workload, cfg.model)
     engine, _ = engine_for(cfg)
     engine.warmup()
     old = replay(engine, requests)
@@ -180,7 +180,7 @@ def test_a_small_decode_pool_preempts_and_loses_nothing(cfgs):
 # -- no request lost or counted twice -----------------------------------------------------------
 
 def assert_accounted(run, cfg, stopped=False):
-    offered = [r.request_id for r in make_requests(cfg)[0]]
+    offered = [r.request_id for r in make_requests(cfg.workload, cfg.model)[0]]
     ids = [r.request_id for r in run.records]
     assert ids == offered  # each offered request once, in order
     for r in run.records:
@@ -232,7 +232,7 @@ def test_every_offered_request_is_finished_rejected_or_unfinished(cfgs, topology
     (["link=pcie5_x16", "link.latency_s=-1"], "link.latency_s=-1.0: must be >= 0"),
     (["router.name=fastest"], "router.name='fastest': must be one of least_outstanding_requests"),
     (["router.decode=fastest"], "router.decode='fastest'"),
-    (["topology.name=mesh"], "topology.name='mesh': must be one of single, replicas, disaggregated"),
+    (["topology.name=mesh"], "topology.name='mesh': must be one of disaggregated, replicas, single"),
 ])
 def test_bad_cluster_values_name_key_and_value(overrides, message):
     with pytest.raises(ConfigError) as err:
@@ -273,7 +273,7 @@ def test_events_at_one_instant_apply_step_ends_then_transfers_then_arrivals(cfgs
     from chunklab.cluster.links import LinkModel
 
     cfg = with_(cfgs["disaggregated"], topology={"prefill": 1, "decode": 1}, workload={"num_requests": 6})
-    requests, _ = make_requests(cfg)
+    requests, _ = make_requests(cfg.workload, cfg.model)
 
     def run(reqs, log=None):
         cluster = simulated_cluster(cfg)

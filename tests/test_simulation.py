@@ -136,8 +136,8 @@ def test_a_scaled_cost_model_is_the_same_run_on_a_slower_clock():
     assert s2["makespan_s"] == pytest.approx(k * s1["makespan_s"], rel=1e-9)
     from chunklab.engine.cost_models import cost_model_for
 
-    plain, _ = cost_model_for(base, required=True)
-    slower, _ = cost_model_for(scaled, required=True)
+    plain, _ = cost_model_for(base.model, base.engine, base.hardware, required=True)
+    slower, _ = cost_model_for(scaled.model, scaled.engine, scaled.hardware, required=True)
     assert slower.provenance.digest != plain.provenance.digest
     assert slower.provenance.conditions["step_time_scale"] == "1.3" and "x1.3" in slower.provenance.phrase
 

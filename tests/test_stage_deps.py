@@ -44,7 +44,7 @@ def test_a_stage_whose_deps_omit_a_module_it_imports_is_caught(tmp_path):
         "src/chunklab/__init__.py": "",
         "src/chunklab/a.py": "def f():\n    from chunklab.b import g  # optional: a lazy import counts\n",
         "src/chunklab/b.py": "",
-        "src/chunklab/pkg/__init__.py": "import pkgutil\nfor m in pkgutil.iter_modules(__path__): pass\n",
+        "src/chunklab/pkg/__init__.py": "from chunklab.registry import import_package_modules\nimport_package_modules(__name__, __path__)\n",
         "src/chunklab/pkg/p.py": "",
         "src/chunklab/pkg/q.py": "import chunklab.a\n",
         "src/chunklab/unused.py": "",

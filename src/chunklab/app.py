@@ -121,7 +121,7 @@ def run_tracked(cfg: RunConfig, run_dir: Path, tags: dict[str, str], name: str =
 def log_output(tracker: Tracker, cfg: RunConfig, out: RunOutput) -> None:
     tracker.log_workload(cfg.workload.name, workload_frame(out.result.sequences),
                          cfg.workload.trace.path if cfg.workload.kind == "trace" else "",
-                         {"spec": describe_workload(cfg)})
+                         {"spec": describe_workload(cfg.workload, cfg.model)})
     tracker.log_result(out.summary, out.conditions, out.tags, out.result.steps, out.files)
 
 

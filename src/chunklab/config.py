@@ -260,19 +260,18 @@ def validate(cfg: RunConfig) -> None:
            f"must be >= scheduler.max_num_seqs ({s.max_num_seqs}) so every running sequence can decode")
     _check(s.max_partial_prefills >= 1, "scheduler.max_partial_prefills", s.max_partial_prefills, "must be >= 1")
     _check(s.long_prefill_threshold >= 0, "scheduler.long_prefill_threshold", s.long_prefill_threshold, "must be >= 0")
-    _validate_hardware(cfg)
-    _validate_topology(cfg)
+    _validate_hardware(cfg.hardware, cfg.engine, cfg.model)
+    _validate_topology(cfg.topology, cfg.link, cfg.scheduler, cfg.engine, cfg.slowdown)
     _validate_workload(w, m)
     for key in ("ttft_s", "tpot_s", "itl_p99_s"):
         v = getattr(slo, key)
         _check(v is None or v > 0, f"slo.{key}", v, "must be > 0 or null")
 
 
-def _validate_hardware(cfg: RunConfig) -> None:
-    h, e = cfg.hardware, cfg.engine
+def _validate_hardware(h: HardwareConfig, e: EngineConfig, m: ModelConfig) -> None:
     _check(h.step_time_scale > 0, "hardware.step_time_scale", h.step_time_scale, "must be > 0")
     if h.cost_model == "roofline":
-        _check(cfg.model.dtype in h.peak_dense_tflops, "model.dtype", cfg.model.dtype,
+        _check(m.dtype in h.peak_dense_tflops, "model.dtype", m.dtype,
                f"hardware={h.name} has no peak for it (has {', '.join(h.peak_dense_tflops) or 'none'})")
         _check(h.memory_bandwidth_gb_per_s > 0, "hardware.memory_bandwidth_gb_per_s", h.memory_bandwidth_gb_per_s,
                f"must be > 0 for hardware.cost_model=roofline (hardware={h.name})")
@@ -286,32 +285,27 @@ def _validate_hardware(cfg: RunConfig) -> None:
            f"0 sizes the pool from the hardware's memory, and hardware={h.name} gives none (hardware.memory_gb)")
 
 
-TOPOLOGIES = ("single", "replicas", "disaggregated")
-
-
 def num_instances(t: TopologyConfig) -> int:
     return {"single": 1, "replicas": t.replicas}.get(t.name, t.prefill + t.decode)
 
 
-def _validate_topology(cfg: RunConfig) -> None:
-    t, link = cfg.topology, cfg.link
-    _one_of("topology.name", t.name, TOPOLOGIES)
+def _validate_topology(t: TopologyConfig, link: LinkConfig, s: SchedulerConfig, e: EngineConfig, slowdown: bool) -> None:
     _check(t.replicas >= 1, "topology.replicas", t.replicas, "must be >= 1")
     _check(t.name != "single" or t.replicas == 1, "topology.replicas", t.replicas,
            "topology=single is one engine: use topology=replicas")
     _check(t.prefill >= 1, "topology.prefill", t.prefill, "must be >= 1: no prefill instances, no first token")
     _check(t.decode >= 1, "topology.decode", t.decode, "must be >= 1: no decode instances, nowhere to send the KV")
-    _check(t.prefill_budget is None or t.prefill_budget >= cfg.scheduler.max_num_seqs, "topology.prefill_budget",
-           t.prefill_budget, f"must be >= scheduler.max_num_seqs ({cfg.scheduler.max_num_seqs}), or null")
+    _check(t.prefill_budget is None or t.prefill_budget >= s.max_num_seqs, "topology.prefill_budget",
+           t.prefill_budget, f"must be >= scheduler.max_num_seqs ({s.max_num_seqs}), or null")
     _check(t.decode_num_blocks is None or t.decode_num_blocks >= 1, "topology.decode_num_blocks",
            t.decode_num_blocks, "must be >= 1, or null (engine.num_blocks)")
-    if t.name != "single" and cfg.engine.executor != "simulated":  # measured: one core per instance
+    if t.name != "single" and e.executor != "simulated":  # measured: one core per instance
         key, n = ("topology.replicas", t.replicas) if t.name == "replicas" else ("topology.prefill", t.prefill)
         cores = len(os.sched_getaffinity(0))
         _check(num_instances(t) <= cores, key, n,
                f"a measured cluster runs each instance on its own core: {num_instances(t)} instances, "
                f"this machine gives the run {cores} cores (simulate it: engine=simulated)")
-        _check(not cfg.slowdown, "slowdown", cfg.slowdown,
+        _check(not slowdown, "slowdown", slowdown,
                "is not measured for a measured cluster (simulate it: engine=simulated)")
     _check(link.bandwidth_gb_per_s > 0, "link.bandwidth_gb_per_s", link.bandwidth_gb_per_s,
            f"must be > 0 (link={link.name})")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from chunklab.calibration.fingerprint import HARDWARE_KEYS, describe, differences, fingerprint, fingerprint_id
 from chunklab.calibration.profile import CalibrationSettings, calibrate
-from chunklab.config import EngineConfig, ModelConfig, RunConfig
+from chunklab.config import EngineConfig, HardwareConfig, ModelConfig
 from chunklab.engine.cost_models.linear import AUTO, PROFILE_FORMAT, applies_to, profile_path
 from chunklab.paths import in_project
 
@@ -52,13 +52,13 @@ def ensure_machine_profile(model: ModelConfig, engine: EngineConfig) -> Path:
     return path
 
 
-def resolve_profile(cfg: RunConfig) -> RunConfig:
+def resolve_profile(model: ModelConfig, engine: EngineConfig, hardware: HardwareConfig) -> EngineConfig:
     """engine.profile=auto as the path of this machine's profile (calibrated now if there is none),
-    where the run's cost model reads a profile; any other value as given."""
-    if cfg.engine.profile != AUTO or cfg.hardware.cost_model != "profile":
-        return cfg
-    path = ensure_machine_profile(cfg.model, cfg.engine)
-    return dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, profile=str(path)))
+    where the run's cost model reads a profile; any other value as given. Called by
+    experiments/prepare.py alone: the one place a run's calibration may begin."""
+    if engine.profile != AUTO or hardware.cost_model != "profile":
+        return engine
+    return dataclasses.replace(engine, profile=str(ensure_machine_profile(model, engine)))
 
 
 def write_profile(doc: dict, path: Path) -> None:
@@ -69,26 +69,26 @@ def write_profile(doc: dict, path: Path) -> None:
     tmp.replace(path)
 
 
-def warn_if_another_machine(cfg: RunConfig) -> None:
+def warn_if_another_machine(model: ModelConfig, engine: EngineConfig) -> None:
     """One line when a measured run is given a profile of another machine (or engine build).
-    Takes the run's config before resolve_profile: engine.profile=auto is this machine's by definition."""
-    if cfg.engine.profile == AUTO:
+    Takes the run's engine before resolve_profile: engine.profile=auto is this machine's by definition."""
+    if engine.profile == AUTO:
         return
-    path = profile_path(cfg.engine)
+    path = profile_path(engine)
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
         return  # load_cost_model says why it cannot be used
-    if doc.get("format") != PROFILE_FORMAT or doc.get("applies_to") != applies_to(cfg.model, cfg.engine):
+    if doc.get("format") != PROFILE_FORMAT or doc.get("applies_to") != applies_to(model, engine):
         return  # not used at all (load_cost_model says why)
-    ours = fingerprint(cfg.model, cfg.engine)
+    ours = fingerprint(model, engine)
     theirs = doc.get("fingerprint", {})
     diff = differences(theirs, ours)
     if not diff or str(path) in _warned:
         return
     _warned.add(str(path))
     what = what_differs(diff)
-    print(f"chunklab: engine.profile={cfg.engine.profile} is {what}'s ({describe(theirs)}; differs in "
+    print(f"chunklab: engine.profile={engine.profile} is {what}'s ({describe(theirs)}; differs in "
           f"{', '.join(diff)}), this run measures on {describe(ours)}: its predictions and capacity are that "
           f"{what.removeprefix('another ')}'s (engine.profile=auto uses this one's)", file=sys.stderr)
 

@@ -37,6 +37,7 @@ from chunklab.cluster.remote import (READY_TIMEOUT_S, STOP_GRACE_S, InstanceDied
 from chunklab.cluster.simulated import ClusterRun
 from chunklab.cluster.topology import Cluster, build_cluster
 from chunklab.config import RunConfig
+from chunklab.engine.build import build_engine
 from chunklab.engine.clock import MonotonicClock
 from chunklab.engine.engine import LLMEngine
 from chunklab.engine.replay import ReplayResult
@@ -72,7 +73,7 @@ class MeasuredCluster:
 
     def _stand_in(self, engine, scheduler) -> LLMEngine:
         self.specs.append((engine, scheduler))
-        return LLMEngine(self.cfg.model, engine, scheduler, MonotonicClock(), self._executor, log_features=True)
+        return build_engine(self.cfg.model, engine, scheduler, executor=self._executor, clock=MonotonicClock())
 
     @property
     def forward_path(self) -> str:

@@ -1,5 +1,6 @@
 """A cluster built from config (topology, router, link): its instances, in their roles, and the
-routers that choose among them. The engines come from the caller's make_engine, so this module knows
+routers that choose among them. topology.name chooses the builder (TOPOLOGIES, a Registry: a new
+topology is one registered function here, plus its YAML in conf/topology/). The engines come from the caller's make_engine, so this module knows
 no executor and no clock (the runner builds simulated engines; a measured cluster, its own)."""
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from chunklab.cluster.routers import Router, make_router
 from chunklab.config import EngineConfig, RunConfig, SchedulerConfig
 from chunklab.engine.engine import LLMEngine
 from chunklab.engine.sequence import Request
+from chunklab.registry import Registry
 
 MakeEngine = Callable[[EngineConfig, SchedulerConfig], LLMEngine]
 
@@ -38,12 +40,27 @@ class Cluster:
         return reason
 
 
+BuildCluster = Callable[[RunConfig, MakeEngine], Cluster]
+TOPOLOGIES: Registry[BuildCluster] = Registry("topology.name")
+
+
 def build_cluster(cfg: RunConfig, make_engine: MakeEngine) -> Cluster:
+    return TOPOLOGIES.get(cfg.topology.name)(cfg, make_engine)
+
+
+@TOPOLOGIES.register("single")
+@TOPOLOGIES.register("replicas")
+def colocated(cfg: RunConfig, make_engine: MakeEngine) -> Cluster:
+    """topology.replicas engines (single: one), each serving prefill and decode, behind the router."""
+    n = cfg.topology.replicas if cfg.topology.name == "replicas" else 1
+    replicas = [Instance(i, "replica", make_engine(cfg.engine, cfg.scheduler), f"replica{i}") for i in range(n)]
+    return Cluster(replicas, replicas, [], make_router(cfg.router), None, None)
+
+
+@TOPOLOGIES.register("disaggregated")
+def disaggregated(cfg: RunConfig, make_engine: MakeEngine) -> Cluster:
+    """A prefill pool and a decode pool, the KV moved between them over the link."""
     t = cfg.topology
-    if t.name != "disaggregated":
-        n = t.replicas if t.name == "replicas" else 1
-        replicas = [Instance(i, "replica", make_engine(cfg.engine, cfg.scheduler), f"replica{i}") for i in range(n)]
-        return Cluster(replicas, replicas, [], make_router(cfg.router), None, None)
     prefill_sched = dataclasses.replace(cfg.scheduler, budget=t.prefill_budget or cfg.scheduler.budget)
     decode_engine = dataclasses.replace(cfg.engine, num_blocks=t.decode_num_blocks or cfg.engine.num_blocks)
     prefill = [Instance(i, "prefill", make_engine(cfg.engine, prefill_sched), f"prefill{i}") for i in range(t.prefill)]

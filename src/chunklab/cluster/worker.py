@@ -32,9 +32,8 @@ import time
 from chunklab.cluster.instance import Instance
 from chunklab.cluster.transport_shm import attach, read_blocks, share_pool, write_blocks
 from chunklab.cluster.remote import WorkerSpec, unlink_segment
-from chunklab.engine.build import make_executor
+from chunklab.engine.build import build_engine, make_executor
 from chunklab.engine.clock import MonotonicClock
-from chunklab.engine.engine import LLMEngine
 
 PARENT_POLL_S = 1.0  # an idle worker checks this often that its coordinator still lives
 FLUSH_S = 0.02  # steps with nothing to hand on are reported at most this late
@@ -73,7 +72,7 @@ class _Worker:
             self._segment, self.runner.kv_cache, self.handle = share_pool(self.runner.kv_cache, self.block_size,
                                                                           spec.shm_name)
         self.clock = MonotonicClock()
-        engine = LLMEngine(spec.model, engine_cfg, spec.scheduler, self.clock, self.runner, None, log_features=True)
+        engine = build_engine(spec.model, engine_cfg, spec.scheduler, executor=self.runner, clock=self.clock)
         engine.warmup()
         self.inst = Instance(spec.index, spec.role, engine, spec.name)
         self.sending = {}  # prefill: request_id -> handed-off Sequence, blocks held until released

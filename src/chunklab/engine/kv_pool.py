@@ -10,42 +10,34 @@ Plain Python, no torch.
 """
 from __future__ import annotations
 
-import dataclasses
-
-from chunklab.config import ConfigError, RunConfig
+from chunklab.config import ConfigError, EngineConfig, HardwareConfig, ModelConfig, SchedulerConfig
 from chunklab.model.sizes import DTYPE_BYTES, kv_bytes_per_token, num_parameters
 
 
-def weight_bytes(cfg: RunConfig) -> int:
-    return num_parameters(cfg.model) * DTYPE_BYTES[cfg.model.dtype]
+def weight_bytes(model: ModelConfig) -> int:
+    return num_parameters(model) * DTYPE_BYTES[model.dtype]
 
 
-def activation_bytes(cfg: RunConfig) -> int:
-    m, s = cfg.model, cfg.scheduler
+def activation_bytes(model: ModelConfig, scheduler: SchedulerConfig) -> int:
+    m, s = model, scheduler
     q, kv = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
     per_row = (2 * m.d_model + q + 2 * kv + 3 * m.mlp_hidden) * DTYPE_BYTES[m.dtype]
     return s.budget * per_row + min(s.max_num_seqs, s.budget) * m.vocab_size * 4
 
 
-def kv_bytes_per_block(cfg: RunConfig) -> int:
-    return kv_bytes_per_token(cfg.model) * cfg.engine.block_size
+def kv_bytes_per_block(model: ModelConfig, engine: EngineConfig) -> int:
+    return kv_bytes_per_token(model) * engine.block_size
 
 
-def pool_blocks(cfg: RunConfig) -> int:
-    h = cfg.hardware
+def pool_blocks(model: ModelConfig, engine: EngineConfig, scheduler: SchedulerConfig, hardware: HardwareConfig) -> int:
+    """The KV blocks the hardware's memory holds once the weights and one pass's activations are taken."""
+    h = hardware
     usable = h.memory_gb * 1e9 * h.memory_utilization - h.runtime_reserved_gb * 1e9
-    left = usable - weight_bytes(cfg) - activation_bytes(cfg)
-    blocks = int(left // kv_bytes_per_block(cfg))
+    left = usable - weight_bytes(model) - activation_bytes(model, scheduler)
+    blocks = int(left // kv_bytes_per_block(model, engine))
     if blocks < 1:
         raise ConfigError(
-            f"model={cfg.model.name}: its weights ({weight_bytes(cfg) / 1e9:.1f} GB {cfg.model.dtype}) and "
-            f"activations ({activation_bytes(cfg) / 1e9:.1f} GB at budget {cfg.scheduler.budget}) leave no KV cache "
-            f"in hardware={h.name}'s {usable / 1e9:.1f} GB usable: it needs tensor parallelism (not supported)")
+            f"model={model.name}: its weights ({weight_bytes(model) / 1e9:.1f} GB {model.dtype}) and "
+            f"activations ({activation_bytes(model, scheduler) / 1e9:.1f} GB at budget {scheduler.budget}) leave no KV "
+            f"cache in hardware={h.name}'s {usable / 1e9:.1f} GB usable: it needs tensor parallelism (not supported)")
     return blocks
-
-
-def resolve_kv_pool(cfg: RunConfig) -> RunConfig:
-    """engine.num_blocks=0 becomes the pool the hardware's memory holds (logged as the run's value)."""
-    if cfg.engine.num_blocks:
-        return cfg
-    return dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, num_blocks=pool_blocks(cfg)))

@@ -41,7 +41,7 @@ class Capacity:
 def natural_rate(cfg: RunConfig) -> float:
     """A trace slice's own mean arrival rate (requests / span), at time_scale 1."""
     at_one = dataclasses.replace(cfg.workload, trace=dataclasses.replace(cfg.workload.trace, time_scale=1.0))
-    requests, _ = make_requests(dataclasses.replace(cfg, workload=at_one))
+    requests, _ = make_requests(at_one, cfg.model)
     span_s = max(r.arrival_s for r in requests) - min(r.arrival_s for r in requests)
     return (len(requests) - 1) / span_s
 

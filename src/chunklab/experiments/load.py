@@ -14,7 +14,6 @@ import json
 import os
 from pathlib import Path
 
-from chunklab.calibration.machine import resolve_profile
 from chunklab.config import RunConfig, SchedulerConfig
 from chunklab.engine.cost_models import cost_model_for
 from chunklab.experiments.capacity import search
@@ -29,8 +28,8 @@ CACHE_DIR = Path(".cache") / "capacity"  # in the project directory (chunklab.pa
 def reference_config(cfg: RunConfig) -> RunConfig:
     """What capacity is measured on: this workload and SLO, the default scheduler policy with the
     run's engine limit on running sequences (8 for TinyGPT, 256 on a GPU preset), simulated on the
-    run's cost model (engine.profile=auto: this machine's profile, calibrated once if need be)."""
-    return dataclasses.replace(resolve_profile(cfg), scheduler=SchedulerConfig(max_num_seqs=cfg.scheduler.max_num_seqs),
+    run's cost model (its profile resolved by experiments/prepare.py)."""
+    return dataclasses.replace(cfg, scheduler=SchedulerConfig(max_num_seqs=cfg.scheduler.max_num_seqs),
                                slowdown=False,
                                engine=dataclasses.replace(cfg.engine, executor="simulated"))
 
@@ -48,7 +47,7 @@ def cache_key(ref: RunConfig, profile_digest: str) -> str:
 def workload_capacity(cfg: RunConfig) -> float:
     """Simulated capacity (req/s) of cfg's workload under the default scheduler; cached."""
     ref = reference_config(cfg)
-    cost_model, _ = cost_model_for(ref, required=True)
+    cost_model, _ = cost_model_for(ref.model, ref.engine, ref.hardware, required=True)
     path = in_project(CACHE_DIR) / f"{cache_key(ref, cost_model.provenance.digest)}.json"
     if path.is_file():
         return json.loads(path.read_text())["capacity_req_per_s"]

@@ -1,41 +1,52 @@
-"""A validated RunConfig made concrete before anything is built or run: the KV pool sized from
-the hardware's memory (engine.num_blocks=0), workload.load as a rate (a fraction of the
-workload's simulated capacity under this machine's profile, calibrated once if there is none),
-and, where the cost model is the run's clock, engine.profile=auto as this machine's profile.
+"""A validated RunConfig made concrete before anything is built or run, in one place for every run
+(run.py, compose_run_config): each named choice checked against its registry, engine.profile=auto
+as this machine's profile (calibrated once if there is none), the KV pool sized from the hardware's
+memory (engine.num_blocks=0), and workload.load as a rate (a fraction of the workload's simulated
+capacity under that profile).
 
-run.py and compose_run_config call it on every config. A measured run's profile=auto is resolved
-where its engine is built (chunklab.runner), after its device is checked and its MLflow run has
-started: composing a measured config never calibrates unless its load needs the profile.
+`prepare` is the single point where calibration may begin: nothing after it (the engine, the noise
+guard, the conditions, the load) resolves a profile again, and an engine built from a config that
+skipped it says so in one line.
 """
 from __future__ import annotations
 
-from chunklab.calibration.machine import resolve_profile
+import dataclasses
+
+from chunklab.calibration.machine import resolve_profile, warn_if_another_machine
 from chunklab.cluster.routers import ROUTERS
-from chunklab.config import ConfigError, RunConfig
+from chunklab.cluster.topology import TOPOLOGIES
+from chunklab.config import RunConfig
 from chunklab.engine.build import EXECUTORS, executor_kind
 from chunklab.engine.cost_models import COST_MODELS
-from chunklab.engine.kv_pool import resolve_kv_pool
+from chunklab.engine.kv_pool import pool_blocks
 from chunklab.engine.policies import ADMISSIONS, ORDERINGS
 from chunklab.experiments.load import resolve_load
 
 
 def prepare(cfg: RunConfig) -> RunConfig:
-    """A simulated run's engine.profile=auto becomes this machine's profile (calibrated once, if need
-    be) here, once, so every later reader (the engine, the conditions, the load) sees the path it ran with."""
     check_choices(cfg)
-    if not executor_kind(cfg.engine).measured:
-        cfg = resolve_profile(cfg)
+    kind = executor_kind(cfg.engine)
+    kind.can_run(cfg.model, cfg.engine)  # a device that is not here fails before anything calibrates
+    if kind.measured:
+        warn_if_another_machine(cfg.model, cfg.engine)  # a profile given by path, of another machine: one line
+    cfg = dataclasses.replace(cfg, engine=resolve_profile(cfg.model, cfg.engine, cfg.hardware))
     return resolve_load(resolve_kv_pool(cfg))
 
 
+def resolve_kv_pool(cfg: RunConfig) -> RunConfig:
+    """engine.num_blocks=0 becomes the pool the hardware's memory holds (logged as the run's value)."""
+    if cfg.engine.num_blocks:
+        return cfg
+    blocks = pool_blocks(cfg.model, cfg.engine, cfg.scheduler, cfg.hardware)
+    return dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, num_blocks=blocks))
+
+
 def check_choices(cfg: RunConfig) -> None:
-    """Each key that names a class is one its registry holds (a new policy, cost model or executor
-    registers itself there: config.py does not list them)."""
-    for key, value, registry in (("engine.executor", cfg.engine.executor, EXECUTORS),
-                                 ("hardware.cost_model", cfg.hardware.cost_model, COST_MODELS),
-                                 ("scheduler.ordering", cfg.scheduler.ordering, ORDERINGS),
-                                 ("scheduler.admission", cfg.scheduler.admission, ADMISSIONS),
-                                 ("router.name", cfg.router.name, ROUTERS),
-                                 ("router.decode", cfg.router.decode or cfg.router.name, ROUTERS)):
-        if value not in registry:
-            raise ConfigError(f"{key}={value!r}: must be one of {', '.join(sorted(registry))}")
+    """Each key that names an implementation is one its registry holds (chunklab.registry)."""
+    EXECUTORS.check(cfg.engine.executor)
+    COST_MODELS.check(cfg.hardware.cost_model)
+    ORDERINGS.check(cfg.scheduler.ordering)
+    ADMISSIONS.check(cfg.scheduler.admission)
+    TOPOLOGIES.check(cfg.topology.name)
+    ROUTERS.check(cfg.router.name)
+    ROUTERS.check(cfg.router.decode or cfg.router.name, "router.decode")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from chunklab.config import RunConfig, trace_length_scale
+from chunklab.config import ModelConfig, RunConfig, WorkloadConfig, trace_length_scale
 from chunklab.engine.cost_models import cost_model_for
 from chunklab.engine.malloc_policy import heap_policy
 from chunklab.model.sizes import num_parameters
@@ -87,13 +87,12 @@ def _git_state(root: Path) -> tuple[str, bool]:
     return commit.stdout.strip(), bool(status.stdout.strip())
 
 
-def describe_workload(cfg: RunConfig) -> str:
-    w = cfg.workload
+def describe_workload(w: WorkloadConfig, model: ModelConfig) -> str:
     if w.kind == "trace":
         t = w.trace
         count = "every row" if w.num_requests is None else f"{w.num_requests} requests"
         return (f"{w.name}: trace {Path(t.path).name}, {count} from row {t.start_offset}, "
-                f"time x{t.time_scale:g}, lengths x{trace_length_scale(t, cfg.model.max_seq_len):g}, "
+                f"time x{t.time_scale:g}, lengths x{trace_length_scale(t, model.max_seq_len):g}, "
                 f"overlong={t.overlong}")
     total = sum(c.weight for c in w.classes)
     parts = []
@@ -126,13 +125,15 @@ def conditions(cfg: RunConfig, num_params: int, cost_model=None, forward_path: s
         "model": cfg.model.name,
         "model_params": str(num_params),
         "dtype": cfg.model.dtype,
-        "workload": describe_workload(cfg),
+        "workload": describe_workload(cfg.workload, cfg.model),
         "git_commit": commit,
         "git_dirty": str(dirty).lower(),
         "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
     if cfg.engine.executor == "simulated":
-        return out | cost_model.provenance.conditions
+        given = cost_model.provenance.conditions  # what a cost model does not say, its phrase and "simulated" say
+        return out | given | {k: v for k, v in (("device", "simulated"), ("cost_model", cost_model.provenance.phrase))
+                              if k not in given}
     return out | _torch_conditions(cfg.engine.device) | {"forward_path": forward_path, "heap": heap_policy()}
 
 
@@ -149,7 +150,7 @@ def _torch_conditions(device: str) -> dict[str, str]:
 def sim_conditions_line(cfg: RunConfig) -> str:
     """The conditions of a simulated table: the cost model's, never this machine's or this moment's,
     so the table reproduces byte for byte wherever it is regenerated."""
-    cm, _ = cost_model_for(cfg, required=True)
+    cm, _ = cost_model_for(cfg.model, cfg.engine, cfg.hardware, required=True)
     return (f"SIMULATED: {cfg.model.name} ({num_parameters(cfg.model):,} params, {cfg.model.dtype}), step times "
             f"predicted by {cm.provenance.phrase}")
 

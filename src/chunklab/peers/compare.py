@@ -126,7 +126,8 @@ def theirs(p: dict, overrides: list[str], threads: int) -> dict[str, float]:
                 tasks.append({"kind": "static", "prompts": prompts, "new_tokens": p["static_new_tokens"], "repeats": 3})
             requests = None
             if budget in p["budgets"]:  # the same requests replayed serve_repeats times by one engine
-                requests, _ = make_requests(serving_config(p, budget, overrides))
+                served = serving_config(p, budget, overrides)
+                requests, _ = make_requests(served.workload, served.model)
                 tasks += [vllm_peer.serve_task(requests)] * p.get("serve_repeats", 1)
             spec = {"model_dir": str(model_dir), "budget_tokens": budget, "max_num_seqs": cfg.scheduler.max_num_seqs,
                     "max_model_len": m.max_seq_len, "tasks": tasks}

@@ -25,7 +25,7 @@ from chunklab.paths import project_dir
 SRC_PREFIX = "src/chunklab"
 EXTRA_ENTRIES = {"perf": ("run.py",)}  # scripts the stage runs as subprocesses
 COMPILED_SOURCES = {"model/native.py": "model/csrc"}  # a module -> the sources it builds at run time
-DISCOVERS_MODULES = "pkgutil.iter_modules(__path__)"  # an __init__ that imports every module beside it
+DISCOVERS_MODULES = "import_package_modules(__name__, __path__)"  # an __init__ that imports every module beside it (chunklab.registry)
 STAGE_CMD = re.compile(r"pipelines/(\w+)\.py")
 
 

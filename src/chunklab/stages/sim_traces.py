@@ -38,7 +38,7 @@ def replay(job: tuple[str, int, float, list[str], float]) -> dict:
     queue = pd.DataFrame({"bin": bins, "waiting": waiting}).groupby("bin")["waiting"].max().reset_index()
     queue = queue.assign(time_s=queue["bin"] * bin_s, replay=label, budget=budget)
     return {"rows": rows, "queue": queue[["replay", "budget", "time_s", "waiting"]],
-            "workload": describe_workload(cfg), "rows_clipped": stats.num_clipped, "reordered": stats.num_reordered}
+            "workload": describe_workload(cfg.workload, cfg.model), "rows_clipped": stats.num_clipped, "reordered": stats.num_reordered}
 
 
 def run(p: SimTracesParams, sim: SimParams, profile: Path, out_dir: Path, table_path: Path) -> None:

@@ -1,7 +1,7 @@
 """MLflow run names from what a sweep varies: `budget=64 seed=4`, not `unruly-swan-259`."""
 from __future__ import annotations
 
-from chunklab.config import RunConfig
+from chunklab.config import LinkConfig, RouterConfig, RunConfig, TopologyConfig
 
 SWEEP_KEYS_ENV = "CHUNKLAB_SWEEP_KEYS"  # set by the sweep's start callback, read by its jobs
 
@@ -21,15 +21,14 @@ def run_name(cfg: RunConfig, job_overrides: list[str], varying: list[str], exper
     values = dict(o.lstrip("+~").split("=", 1) for o in job_overrides if "=" in o)
     parts = [f"{key.split('.')[-1].split('/')[-1]}={values[key]}" for key in varying if key in values]
     name = " ".join(parts) or experiment or f"{cfg.workload.name} budget={cfg.scheduler.budget}"
-    name = f"{name} {topology_label(cfg)}".rstrip()
+    name = f"{name} {topology_label(cfg.topology, cfg.router, cfg.link)}".rstrip()
     return f"{name} (simulated)" if cfg.engine.executor == "simulated" else name
 
 
-def topology_label(cfg: RunConfig) -> str:
+def topology_label(t: TopologyConfig, router: RouterConfig, link: LinkConfig) -> str:
     """'' for one engine; else the instances and the router (and the link of a P/D cluster)."""
-    t = cfg.topology
     if t.name == "replicas":
-        return f"{t.replicas} replicas {cfg.router.name}"
+        return f"{t.replicas} replicas {router.name}"
     if t.name == "disaggregated":
-        return f"{t.prefill}P{t.decode}D {cfg.router.name} {cfg.link.name}"
+        return f"{t.prefill}P{t.decode}D {router.name} {link.name}"
     return ""

@@ -1,14 +1,16 @@
-"""The router interface and its registry. A router sees the candidate instances through their public
+"""The router interface and its Registry (chunklab.registry): defining a subclass registers it by its
+`name`, the value of router.name / router.decode. A router sees the candidate instances through their public
 load methods (Instance.outstanding_requests, outstanding_tokens) and returns one's position in the
 list; it never changes them. Deterministic: ties go to the first, randomness comes from its seed."""
 from __future__ import annotations
 
 from typing import ClassVar, Protocol, Sequence
 
-from chunklab.config import ConfigError, RouterConfig
+from chunklab.config import RouterConfig
 from chunklab.engine.sequence import Request
+from chunklab.registry import Registry
 
-ROUTERS: dict[str, type["Router"]] = {}
+ROUTERS: Registry[type["Router"]] = Registry("router.name")
 
 
 class Load(Protocol):
@@ -22,7 +24,7 @@ class Router:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        ROUTERS[cls.name] = cls
+        ROUTERS.add(cls.name, cls)
 
     def __init__(self, seed: int = 0):
         self.seed = seed
@@ -40,6 +42,4 @@ def argmin(instances: Sequence[Load], key) -> int:
 def make_router(cfg: RouterConfig, decode: bool = False) -> Router:
     """router.name's router (decode: router.decode's, or router.name's when that is empty)."""
     key, name = ("router.decode", cfg.decode) if decode and cfg.decode else ("router.name", cfg.name)
-    if name not in ROUTERS:
-        raise ConfigError(f"{key}={name!r}: must be one of {', '.join(sorted(ROUTERS))}")
-    return ROUTERS[name](cfg.seed)
+    return ROUTERS.get(name, key)(cfg.seed)

@@ -4,30 +4,30 @@
 - roofline (roofline.py): the work of the forward pass priced at a device's spec sheet;
 - scaled (scaled.py): another model's predictions times hardware.step_time_scale.
 
-`hardware.cost_model` names the one a run uses (COST_MODELS); a new one is a file here with a
-`from_config(cfg, required) -> (model or None, why)` and a line in COST_MODELS.
+`hardware.cost_model` names the one a run uses: each file registers its factory in COST_MODELS
+(base.py; chunklab.registry), and importing this package imports every file in it, so a new cost
+model is one file here (plus, where a hardware preset uses it, that preset's YAML in conf/hardware/).
 """
 from __future__ import annotations
 
-from chunklab.config import ConfigError, RunConfig
-from chunklab.engine.cost_models import linear, roofline
-from chunklab.engine.cost_models.base import CostModel, Provenance
+from chunklab.config import EngineConfig, HardwareConfig, ModelConfig
+from chunklab.engine.cost_models.base import COST_MODELS, CostModel, Provenance
 from chunklab.engine.cost_models.linear import LinearCostModel
 from chunklab.engine.cost_models.roofline import RooflineCostModel
 from chunklab.engine.cost_models.scaled import ScaledCostModel
+from chunklab.registry import import_package_modules
 
-COST_MODELS = {"profile": linear.from_config, "roofline": RooflineCostModel.from_config}
+import_package_modules(__name__, __path__)
 
 
-def cost_model_for(cfg: RunConfig, required: bool) -> tuple[CostModel | None, str]:
+def cost_model_for(model: ModelConfig, engine: EngineConfig, hardware: HardwareConfig,
+                   required: bool) -> tuple[CostModel | None, str]:
     """The run's cost model (hardware.cost_model, scaled by hardware.step_time_scale), else None
     and why (required: a ConfigError)."""
-    if cfg.hardware.cost_model not in COST_MODELS:
-        raise ConfigError(f"hardware.cost_model={cfg.hardware.cost_model!r}: must be one of {', '.join(COST_MODELS)}")
-    base, why = COST_MODELS[cfg.hardware.cost_model](cfg, required)
-    scale = cfg.hardware.step_time_scale
+    base, why = COST_MODELS.get(hardware.cost_model)(model, engine, hardware, required)
+    scale = hardware.step_time_scale
     return (ScaledCostModel(base, scale) if base is not None and scale != 1.0 else base), why
 
 
 __all__ = ["COST_MODELS", "CostModel", "LinearCostModel", "Provenance", "RooflineCostModel", "ScaledCostModel",
-           "cost_model_for", "linear", "roofline"]
+           "cost_model_for"]

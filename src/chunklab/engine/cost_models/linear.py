@@ -13,8 +13,8 @@ import hashlib
 import json
 from operator import mul
 from pathlib import Path
-from chunklab.config import ConfigError, EngineConfig, ModelConfig, RunConfig
-from chunklab.engine.cost_models.base import Provenance
+from chunklab.config import ConfigError, EngineConfig, HardwareConfig, ModelConfig
+from chunklab.engine.cost_models.base import COST_MODELS, Provenance
 from chunklab.engine.step_shape import FEATURES, StepShape
 from chunklab.paths import in_project
 
@@ -37,7 +37,7 @@ def profile_path(engine: EngineConfig) -> Path:
     """engine.profile as a path; a relative one is taken from the project directory (chunklab.paths)."""
     if engine.profile == AUTO:
         raise ConfigError("engine.profile='auto' was not resolved to this machine's profile before the engine was "
-                          "built (chunklab.runner.engine_for does it: calibration.machine.resolve_profile)")
+                          "built (chunklab.experiments.prepare does it: calibration.machine.resolve_profile)")
     return in_project(engine.profile)
 
 
@@ -123,5 +123,8 @@ def load_cost_model(model: ModelConfig, engine: EngineConfig, required: bool) ->
     return LinearCostModel.from_profile(doc, digest), ""
 
 
-def from_config(cfg: RunConfig, required: bool) -> tuple[LinearCostModel | None, str]:
-    return load_cost_model(cfg.model, cfg.engine, required)
+@COST_MODELS.register("profile")
+def from_config(model: ModelConfig, engine: EngineConfig, hardware: HardwareConfig,
+                required: bool) -> tuple[LinearCostModel | None, str]:
+    """engine.profile's model (the hardware is the machine that profile measured)."""
+    return load_cost_model(model, engine, required)

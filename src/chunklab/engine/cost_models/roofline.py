@@ -19,8 +19,8 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 
-from chunklab.config import ConfigError, HardwareConfig, ModelConfig, RooflineEfficiency, RunConfig
-from chunklab.engine.cost_models.base import Provenance
+from chunklab.config import ConfigError, EngineConfig, HardwareConfig, ModelConfig, RooflineEfficiency
+from chunklab.engine.cost_models.base import COST_MODELS, Provenance
 from chunklab.engine.step_shape import FEATURES, StepShape
 from chunklab.model.sizes import DTYPE_BYTES, kv_bytes_per_token
 
@@ -88,16 +88,17 @@ class RooflineCostModel:
         self._step_s = e.step_overhead_s
 
     @classmethod
-    def from_config(cls, cfg: RunConfig, required: bool = True) -> tuple["RooflineCostModel", str]:
+    def from_config(cls, model: ModelConfig, engine: EngineConfig, hardware: HardwareConfig,
+                    required: bool = True) -> tuple["RooflineCostModel", str]:
         """The roofline of the run's hardware preset (a spec sheet always applies: never None)."""
-        if not cfg.engine.mixed_batch:
+        if not engine.mixed_batch:
             raise ConfigError("engine.mixed_batch=False: the roofline cost model prices one forward pass a step "
-                              f"(hardware={cfg.hardware.name}); use engine.mixed_batch=true")
+                              f"(hardware={hardware.name}); use engine.mixed_batch=true")
         # the scale is a wrapper with its own digest (cost_models/scaled.py), not the roofline's
-        hardware = {k: v for k, v in asdict(cfg.hardware).items() if k != "step_time_scale"}
-        doc = {"model": asdict(cfg.model), "hardware": hardware}
+        spec = {k: v for k, v in asdict(hardware).items() if k != "step_time_scale"}
+        doc = {"model": asdict(model), "hardware": spec}
         digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
-        return cls(cfg.model, cfg.hardware, digest), ""
+        return cls(model, hardware, digest), ""
 
     def predict(self, shape: StepShape) -> float:
         return self.predict_features(shape.features())
@@ -137,3 +138,6 @@ def roofline_provenance(h: HardwareConfig, digest: str) -> Provenance:
     conditions = {"device": f"simulated ({h.description})", "torch_version": "n/a (no torch)",
                   "torch_build": "n/a", "torch_threads": "n/a", "cost_model": phrase}
     return Provenance(digest, tags, conditions, phrase)
+
+
+COST_MODELS.add("roofline", RooflineCostModel.from_config)

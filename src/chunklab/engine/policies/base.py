@@ -4,8 +4,9 @@ A step is filled in three parts: the running sequences' decodes, the running pre
 next chunks, and admissions from the waiting queue. An ordering policy says in which order
 the parts spend the step's token budget; an admission policy says which waiting sequence is
 admitted next. Each policy is a class in its own file of this package, named by `name`
-(the value of scheduler.ordering / scheduler.admission): defining the subclass registers it,
-and the package imports every file in it. Plain Python, no torch.
+(the value of scheduler.ordering / scheduler.admission): defining the subclass registers it in
+its kind's Registry (chunklab.registry), and the package imports every file in it. Plain Python,
+no torch.
 """
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from collections import deque
 from enum import Enum
 from typing import ClassVar
 
-from chunklab.config import ConfigError
 from chunklab.engine.sequence import Sequence
+from chunklab.registry import Registry
 
 
 class Part(Enum):
@@ -24,8 +25,8 @@ class Part(Enum):
     ADMISSIONS = "admissions"  # waiting sequences admitted, each with its first chunk
 
 
-ORDERINGS: dict[str, type["OrderingPolicy"]] = {}
-ADMISSIONS: dict[str, type["AdmissionPolicy"]] = {}
+ORDERINGS: Registry[type["OrderingPolicy"]] = Registry("scheduler.ordering")
+ADMISSIONS: Registry[type["AdmissionPolicy"]] = Registry("scheduler.admission")
 
 
 class OrderingPolicy:
@@ -35,7 +36,7 @@ class OrderingPolicy:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        ORDERINGS[cls.name] = cls
+        ORDERINGS.add(cls.name, cls)
 
 
 class AdmissionPolicy:
@@ -44,22 +45,16 @@ class AdmissionPolicy:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        ADMISSIONS[cls.name] = cls
+        ADMISSIONS.add(cls.name, cls)
 
     def pick(self, waiting: deque[Sequence]) -> Sequence:
         """The next sequence to admit (waiting is not empty; the scheduler removes it)."""
         raise NotImplementedError
 
 
-def _lookup(registry: dict, key: str, name: str):
-    if name not in registry:
-        raise ConfigError(f"{key}={name!r}: must be one of {', '.join(sorted(registry))}")
-    return registry[name]()
-
-
 def ordering_policy(name: str) -> OrderingPolicy:
-    return _lookup(ORDERINGS, "scheduler.ordering", name)
+    return ORDERINGS.get(name)()
 
 
 def admission_policy(name: str) -> AdmissionPolicy:
-    return _lookup(ADMISSIONS, "scheduler.admission", name)
+    return ADMISSIONS.get(name)()
