@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup run test test-pipeline test-cluster test-all bench peers repro clean
+.PHONY: setup run test test-pipeline test-cluster test-all deps bench peers repro clean
 setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -27,8 +27,11 @@ test-cluster: setup   ## the cluster path against a live single-node SLURM on 12
 test-all: setup       ## including tests marked slow, pipeline and cluster
 	$(PY) -m pytest -m ""
 
+deps: setup           ## rewrite each stage's src/chunklab deps in dvc.yaml from its module's imports
+	$(PY) -m chunklab.stages.deps --write
+
 bench: setup          ## engine micro-benchmark, printed
-	$(PY) pipelines/bench_engine.py
+	$(PY) -m chunklab.stages.bench_engine
 
 PEER := .peers/vllm
 peers: setup          ## vLLM's CPU build in its own venv (.peers/vllm/, ~3 min, 1.4 GB): the perf stage's measured peer

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a command with the same floating-point arithmetic on every x86-64 CPU with AVX2 and FMA.
 #
-#   scripts/exact.sh .venv/bin/python pipelines/sim_tuning.py
+#   scripts/exact.sh .venv/bin/python -m chunklab.stages.sim_tuning --params params.yaml ...
 #
 # The stages whose outputs are committed as exact (sim_*, cost_models) must come out byte for
 # byte the same on any machine. Their own code is plain Python, but numpy and its OpenBLAS pick

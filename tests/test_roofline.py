@@ -164,9 +164,11 @@ def test_the_whole_conversation_trace_on_h100_through_run_py(tmp_path):
 
 def vidur_devices():
     """params.yaml's cost_models.devices: (name, preset, operator times) of each device fit on its own data."""
-    from chunklab.stages.params import load_params
+    from chunklab.stages.cost_models import CostModelsParams
+    from chunklab.stages.typed_yaml import load_section
 
-    return [(d.name, d.hardware, ROOT / d.data) for d in load_params(ROOT / "params.yaml").cost_models.devices]
+    devices = load_section(ROOT / "params.yaml", "cost_models", CostModelsParams).devices
+    return [(d.name, d.hardware, ROOT / d.data) for d in devices]
 
 
 @pytest.fixture(scope="module")

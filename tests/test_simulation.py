@@ -245,9 +245,11 @@ def test_the_tuning_sweep_reproduces_the_committed_trials_whichever_blas_kernels
     committed = pd.read_csv(ROOT / "outputs" / "simulated" / "tuning" / "trials.csv")
     expected = committed[committed["workload"] == "ch10_mixed"].head(15).reset_index(drop=True)
     sweep = ("import dataclasses, sys; from pathlib import Path; from chunklab.stages import sim_tuning; "
-             "from chunklab.stages.params import load_params; p = load_params('params.yaml'); "
-             "_, t = sim_tuning.sweep('ch10_mixed', dataclasses.replace(p.sim_tuning, n_trials=15), p.sim, "
-             f"Path({str(tmp_path)!r})); t.to_csv(sys.argv[1], index=False, float_format='%.6g')")  # as the stage writes
+             "from chunklab.stages.shared_params import SimParams; from chunklab.stages.typed_yaml import load_section; "
+             "p = load_section('params.yaml', 'sim_tuning', sim_tuning.SimTuningParams); "
+             "sim = load_section('params.yaml', 'sim', SimParams); "
+             "_, t = sim_tuning.sweep('ch10_mixed', dataclasses.replace(p, n_trials=15), sim, "
+             f"Path('outputs/profiles/machine.json'), Path({str(tmp_path)!r})); t.to_csv(sys.argv[1], index=False, float_format='%.6g')")  # as the stage writes
     for kernels in ("SkylakeX" if "avx512f" in flags else "Prescott", "Haswell"):  # what a CPU's OpenBLAS might pick
         out = tmp_path / f"trials_{kernels}.csv"
         env = os.environ | {"OPENBLAS_CORETYPE": kernels, "NPY_DISABLE_CPU_FEATURES": ""}

@@ -1,19 +1,15 @@
-"""Each DVC stage's src/chunklab deps are exactly what its script imports (chunklab/stages/deps.py)."""
+"""Each DVC stage's src/chunklab deps are exactly what its stage module imports (chunklab/stages/deps.py)."""
 import textwrap
 from pathlib import Path
 
-from chunklab.stages.deps import closure, collapse, declared_deps, derived_deps, rewrite
+from chunklab.stages.deps import FIX, closure, collapse, declared_deps, derived_deps, mismatches, rewrite
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_dvc_yaml_deps_are_the_stages_imports():
-    text = (ROOT / "dvc.yaml").read_text()
-    derived, declared = derived_deps(ROOT, text), declared_deps(text)
-    wrong = {stage: {"missing": sorted(set(paths) - set(declared.get(stage, []))),
-                     "not imported": sorted(set(declared.get(stage, [])) - set(paths))}
-             for stage, paths in derived.items() if sorted(paths) != sorted(declared.get(stage, []))}
-    assert not wrong, f"dvc.yaml's deps differ from the stages' imports ({wrong}): python -m chunklab.stages.deps --write"
+    wrong = mismatches(ROOT)
+    assert not wrong, f"dvc.yaml's deps differ from the stages' imports ({wrong}). Fix: {FIX}"
 
 
 def make_project(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -27,15 +23,22 @@ def make_project(tmp_path: Path, files: dict[str, str]) -> Path:
 DVC = """\
 stages:
   one:
-    cmd: python pipelines/one.py --out x
+    cmd: python -m chunklab.stages.one --out x
     deps:
-      - pipelines/one.py
+      - data/x.csv
       - src/chunklab/a.py
   two:
-    cmd: python pipelines/two.py --out y
+    # a comment naming another module (python -m chunklab.stages.deps) is not the cmd
+    cmd: >-
+      python -m chunklab.stages.two
+      --out y
     deps:
-      - pipelines/two.py
-      - src/chunklab/pkg
+      - data/y.csv
+  three:
+    cmd: python -m chunklab.stages.one --out z
+    deps:
+      - data/z.csv
+      - src/chunklab/a.py
 """
 
 
@@ -48,16 +51,22 @@ def test_a_stage_whose_deps_omit_a_module_it_imports_is_caught(tmp_path):
         "src/chunklab/pkg/p.py": "",
         "src/chunklab/pkg/q.py": "import chunklab.a\n",
         "src/chunklab/unused.py": "",
-        "pipelines/one.py": "from chunklab.a import f\n",
-        "pipelines/two.py": "from chunklab import pkg\n",
+        "src/chunklab/stages/one.py": "from chunklab.a import f\n",
+        "src/chunklab/stages/two.py": "from chunklab import pkg\n",
         "dvc.yaml": DVC})
     derived = derived_deps(root, DVC)
-    assert derived["one"] == ["src/chunklab/__init__.py", "src/chunklab/a.py", "src/chunklab/b.py"]
+    one = ["src/chunklab/__init__.py", "src/chunklab/a.py", "src/chunklab/b.py", "src/chunklab/stages/one.py"]
+    assert derived["one"] == derived["three"] == one  # the stage module named in the cmd, and what it reaches
     # a package that imports its modules by discovery: all of them, and what they import
-    assert derived["two"] == ["src/chunklab/__init__.py", "src/chunklab/a.py", "src/chunklab/b.py", "src/chunklab/pkg"]
+    assert derived["two"] == ["src/chunklab/__init__.py", "src/chunklab/a.py", "src/chunklab/b.py", "src/chunklab/pkg",
+                              "src/chunklab/stages/two.py"]
     assert declared_deps(DVC)["one"] != derived["one"]  # b.py omitted: the check fails
-    fixed = rewrite(DVC, derived)
-    assert declared_deps(fixed) == derived and "pipelines/one.py" in fixed and "--out x" in fixed
+    assert sorted(mismatches(root)) == ["one", "three", "two"]
+    fixed = rewrite(DVC, derived)  # two listed none: written at the top of its deps
+    assert declared_deps(fixed) == derived and "data/x.csv" in fixed and "--out x" in fixed
+    assert fixed.index("      - data/y.csv") > fixed.index("      - src/chunklab/stages/two.py")
+    (root / "dvc.yaml").write_text(fixed)
+    assert mismatches(root) == {}
 
 
 def test_a_folder_is_named_only_when_every_file_in_it_is_used(tmp_path):

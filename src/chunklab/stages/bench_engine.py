@@ -1,6 +1,10 @@
-"""Engine micro-benchmark (`make bench`): each figure and its ratio to this machine's matmul rate."""
+"""Engine micro-benchmark (`make bench`): each figure and its ratio to this machine's matmul rate.
+
+    python -m chunklab.stages.bench_engine [--repeats N] [--threads T] [--prompt-tokens N] [--eager]
+"""
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import statistics
 
@@ -121,3 +125,17 @@ def report(repeats: int, threads: int, prompt_tokens: int, eager: bool) -> None:
         for t, r in by.items():
             print(f"{t:>7} {1e3 * r['one_s']:>11.1f} {1e3 * r['chunked_s']:>11.1f} {r['ratio']:>6.3f} "
                   f"{by[1]['one_s'] / r['one_s']:>14.2f} {by[1]['chunked_s'] / r['chunked_s']:>14.2f}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--prompt-tokens", type=int, default=1536)
+    ap.add_argument("--eager", action="store_true", help="eager torch ops (engine.compile=false), not the fused forward")
+    args = ap.parse_args(argv)
+    report(args.repeats, args.threads, args.prompt_tokens, args.eager)
+
+
+if __name__ == "__main__":
+    main()

@@ -23,8 +23,19 @@ from chunklab.calibration.profile import HELD_OUT_REPLAYS, CalibrationSettings, 
 from chunklab.engine.cost_models.linear import probe_only
 from chunklab.engine.step_shape import FEATURES
 from chunklab.hydra_compose import compose_config
-from chunklab.stages.common import write_json
-from chunklab.stages.params import CalibrateParams
+from chunklab.stages.common import arguments, read_section, write_json
+from chunklab.stages.typed_yaml import Section
+
+
+@Section
+class CalibrateParams:
+    seed: int
+    num_random_shapes: int
+    rounds: int
+    burst: int
+    held_out_share: float
+    replay_requests: int
+    overrides: list[str]
 
 
 def run(p: CalibrateParams, out_dir: Path) -> None:
@@ -71,3 +82,16 @@ def run(p: CalibrateParams, out_dir: Path) -> None:
           f"{doc['shapes']['profiling_s']} s probing, {doc['serving']['serving_s']} s serving")
     print(f"[calibrate] speed sentinel right after the fit: {doc['sentinel']['baseline_ratio']:.3f} "
           f"(readings {', '.join(f'{r:.3f}' for r in doc['sentinel']['readings'])})")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The stage's dvc.yaml cmd:
+
+        python -m chunklab.stages.calibrate --params params.yaml --out outputs/profiles
+    """
+    args = arguments(__doc__, "params", "out", argv=argv)
+    run(read_section(args.params, "calibrate", CalibrateParams), out_dir=args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -23,8 +23,22 @@ from chunklab.calibration.sentinel import SpeedSentinel, geometric_mean
 from chunklab.experiments import capacity
 from chunklab.experiments.compose import compose_run_config
 from chunklab.experiments.sweep import run_grid
-from chunklab.stages.common import runs_dir, write_text
-from chunklab.stages.params import CapacityParams
+from chunklab.stages.common import arguments, read_section, runs_dir, write_text
+from chunklab.stages.typed_yaml import Section
+
+
+@Section
+class CapacityParams:
+    workload: str
+    budget: int
+    num_requests: int
+    seed: int
+    target: float
+    rel_tol: float
+    widen: float
+    sim_rel_tol: float
+    overrides: list[str]
+
 
 # A measured probe records the simulated probe's keys and how far its steps ran from their prediction.
 PROBE_KEYS = capacity.PROBE_KEYS + ("noisy_steps_share", "step_time_vs_predicted_p50")
@@ -91,3 +105,17 @@ def run(p: CapacityParams, profile: Path, out_dir: Path, table_path: Path) -> No
     write_text(table_path, "### Capacity: measured against simulated, one machine\n\n"
                + detail.to_markdown(index=False, floatfmt=".3f") + "\n\n" + note + "\n")
     print(detail.to_string(index=False))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The stage's dvc.yaml cmd:
+
+        python -m chunklab.stages.capacity --params params.yaml --profile outputs/profiles/machine.json
+        --out outputs/capacity --table outputs/tables/capacity.md
+    """
+    args = arguments(__doc__, "params", "profile", "out", "table", argv=argv)
+    run(read_section(args.params, "capacity", CapacityParams), profile=args.profile, out_dir=args.out, table_path=args.table)
+
+
+if __name__ == "__main__":
+    main()

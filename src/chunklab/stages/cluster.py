@@ -25,15 +25,28 @@ from pathlib import Path
 import pandas as pd
 
 from chunklab.calibration.sentinel import SpeedSentinel
-from chunklab.experiments.shm_link import fit_link, link_preset, time_transfers
 from chunklab.experiments.compose import compose_run_config
 from chunklab.experiments.fidelity import paired_errors, paired_table, repeat_floor
+from chunklab.experiments.shm_link import fit_link, link_preset, time_transfers
 from chunklab.experiments.simulate import simulate_many, simulate_requests
 from chunklab.experiments.sweep import run_grid
 from chunklab.metrics.conditions import cpu_model, sim_conditions_line
 from chunklab.model.sizes import kv_bytes_per_token
-from chunklab.stages.common import measured_capacity, runs_dir, write_json, write_text
-from chunklab.stages.params import ClusterParams
+from chunklab.stages.common import arguments, measured_capacity, read_section, runs_dir, write_json, write_text
+from chunklab.stages.typed_yaml import Section, no_overrides
+
+
+@Section
+class ClusterParams:
+    workload: str
+    num_requests: int
+    seed: int
+    repeats: int
+    loads: list[float]  # of this machine's measured capacity (the capacity stage's, budget 512)
+    link_repeats: int  # timed transfers per size of the shm link
+    processes: int  # simulated runs in parallel
+    overrides: list[str] = no_overrides()
+
 
 # The same two cores, three ways: one engine on both (torch's threads), two replicas (one core and
 # one thread each), one prefill + one decode instance (likewise; KV through shared memory).
@@ -178,3 +191,18 @@ def markdown(table: pd.DataFrame, arms: pd.DataFrame, fit, lines: dict[str, str]
             f"(r2 {fit.r2:.3f}, {fit.num_transfers} transfers)", ""]
     out += [f"- {k}: {v}" for k, v in lines.items()]
     return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The stage's dvc.yaml cmd:
+
+        python -m chunklab.stages.cluster --params params.yaml --profile outputs/profiles/machine.json
+        --capacity outputs/capacity/measured_vs_simulated.csv --out outputs/cluster --table outputs/tables/cluster.md
+    """
+    args = arguments(__doc__, "params", "profile", "capacity", "out", "table", argv=argv)
+    run(read_section(args.params, "cluster", ClusterParams), profile=args.profile, capacity_csv=args.capacity,
+        out_dir=args.out, table_path=args.table)
+
+
+if __name__ == "__main__":
+    main()

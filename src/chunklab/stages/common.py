@@ -1,4 +1,4 @@
-"""Shared by the stage modules: the stage scripts' command line, result files, the scratch folder."""
+"""Shared by the stage modules: their command line and params, result files, the scratch folder."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from chunklab.paths import project_dir
-from chunklab.stages.params import Params, ParamsError, load_params
+from chunklab.stages.typed_yaml import ParamsError, load_section, load_view
 
 
 class Progress:
@@ -28,18 +28,19 @@ class Progress:
 
 
 def arguments(doc: str, *paths: str, argv: list[str] | None = None) -> argparse.Namespace:
-    """A stage script's command line: each name in paths a required `--name PATH` (underscores
-    written as dashes), parsed from argv (default: sys.argv)."""
+    """A stage module's command line (`python -m chunklab.stages.<stage>`): each name in paths a
+    required `--name PATH` (underscores written as dashes), parsed from argv (default: sys.argv)."""
     parser = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
     for name in paths:
         parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=Path, required=True, metavar="PATH")
     return parser.parse_args(argv)
 
 
-def read_params(path: Path) -> Params:
-    """params.yaml typed (params.py); a mismatch ends the stage with its one-line message."""
+def read_section(path: Path, name: str, cls, view: bool = False):
+    """Section `name` of params.yaml typed as cls (typed_yaml.load_section; view: load_view, only the
+    keys cls names); a mismatch ends the stage with its one-line message, no traceback."""
     try:
-        return load_params(path)
+        return (load_view if view else load_section)(path, name, cls)
     except ParamsError as exc:
         raise SystemExit(f"error: {exc}") from None
 

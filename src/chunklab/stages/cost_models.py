@@ -20,8 +20,15 @@ from chunklab.costs.vidur_fit import (DECODE_STEP_TOKENS, fit_vidur, read_operat
                                       with_efficiency)
 from chunklab.hydra_compose import compose_config
 from chunklab.paths import project_dir
-from chunklab.stages.common import write_json
-from chunklab.stages.params import CostModelsParams, VidurDevice
+from chunklab.stages.common import arguments, read_section, write_json
+from chunklab.stages.shared_params import VidurDevice
+from chunklab.stages.typed_yaml import Section
+
+
+@Section
+class CostModelsParams:
+    devices: list[VidurDevice]  # each GPU preset fit on its own device's operator times
+    cpu_overrides: list[str]
 
 
 def sig4(x: float) -> float:
@@ -144,3 +151,16 @@ def run(p: CostModelsParams, shapes_csv: Path, out_dir: Path) -> None:
            f"attention {e['attention_prefill'] * 1e3:.0f} GFLOP/s, decode K/V reads "
            f"{e['attention_decode_bandwidth'] * 1e3:.2f} GB/s, {e['step_overhead_s'] * 1e3:.2f} ms a step.", ""]
     (out_dir / "cost_models.md").write_text("\n".join(md))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The stage's dvc.yaml cmd:
+
+        python -m chunklab.stages.cost_models --params params.yaml --shapes outputs/profiles/machine_shapes.csv --out outputs/cost_models
+    """
+    args = arguments(__doc__, "params", "shapes", "out", argv=argv)
+    run(read_section(args.params, "cost_models", CostModelsParams), shapes_csv=args.shapes, out_dir=args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,7 +1,8 @@
-"""Each DVC stage's code deps, derived from what its script imports, never kept by hand.
+"""Each DVC stage's code deps, derived from what its stage module imports, never kept by hand.
 
-A stage's code is its `pipelines/` script and every chunklab module that script reaches through
-imports (module level or inside functions, so a lazily imported torch path counts), plus:
+A stage's code is the module its cmd runs (`python -m chunklab.stages.<module>`) and every chunklab
+module that one reaches through imports (module level or inside functions, so a lazily imported
+torch path counts), plus:
 - every module of a package whose __init__ imports its modules by discovery (engine/policies);
 - the C++ sources next to a module that compiles them (model/csrc, built by model/native.py);
 - the entry points a stage runs in a fresh process (EXTRA_ENTRIES: the perf stage times run.py).
@@ -9,9 +10,10 @@ Files are listed as their folder where the stage uses every file in it.
 
     python -m chunklab.stages.deps          # prints what dvc.yaml's deps should be, per stage
     python -m chunklab.stages.deps --write  # rewrites the src/chunklab deps of each stage in dvc.yaml
+    make deps                               # the same --write, with the project's venv
 
-tests/test_stage_deps.py fails when dvc.yaml differs, so a stage never misses a module it imports
-and a change to a module reruns only the stages that import it.
+tests/test_stage_deps.py fails when dvc.yaml differs (printing that command), so a stage never misses
+a module it imports and a change to a module reruns only the stages that import it.
 """
 from __future__ import annotations
 
@@ -20,13 +22,15 @@ import re
 import sys
 from pathlib import Path
 
+import yaml
+
 from chunklab.paths import project_dir
 
 SRC_PREFIX = "src/chunklab"
 EXTRA_ENTRIES = {"perf": ("run.py",)}  # scripts the stage runs as subprocesses
 COMPILED_SOURCES = {"model/native.py": "model/csrc"}  # a module -> the sources it builds at run time
 DISCOVERS_MODULES = "import_package_modules(__name__, __path__)"  # an __init__ that imports every module beside it (chunklab.registry)
-STAGE_CMD = re.compile(r"pipelines/(\w+)\.py")
+STAGE_CMD = re.compile(r"-m chunklab\.stages\.(\w+)")
 
 
 def module_path(root: Path, name: str) -> Path | None:
@@ -101,22 +105,17 @@ def collapse(root: Path, files: set[Path]) -> list[str]:
     return out
 
 
-def stage_scripts(dvc_yaml: str) -> dict[str, str]:
-    """Stage name -> its pipelines/ script name, read from each stage's cmd."""
-    out, stage = {}, None
-    for line in dvc_yaml.splitlines():
-        if re.match(r"^  (\w+):\s*$", line):
-            stage = line.strip()[:-1]
-        found = STAGE_CMD.search(line)
-        if stage and found and stage not in out:
-            out[stage] = found.group(1)
-    return out
+def stage_modules(dvc_yaml: str) -> dict[str, str]:
+    """Stage name -> the chunklab.stages module its cmd runs (`-m chunklab.stages.<module>`)."""
+    stages = yaml.safe_load(dvc_yaml).get("stages", {})
+    found = {name: STAGE_CMD.search(str(stage.get("cmd", ""))) for name, stage in stages.items()}
+    return {name: m.group(1) for name, m in found.items() if m}
 
 
 def derived_deps(root: Path, dvc_yaml: str) -> dict[str, list[str]]:
     deps = {}
-    for stage, script in stage_scripts(dvc_yaml).items():
-        entries = [root / "pipelines" / f"{script}.py"] + [root / e for e in EXTRA_ENTRIES.get(stage, ())]
+    for stage, module in stage_modules(dvc_yaml).items():
+        entries = [root / SRC_PREFIX / "stages" / f"{module}.py"] + [root / e for e in EXTRA_ENTRIES.get(stage, ())]
         deps[stage] = collapse(root, closure(root, entries))
     return deps
 
@@ -136,19 +135,37 @@ def declared_deps(dvc_yaml: str) -> dict[str, list[str]]:
 
 
 def rewrite(dvc_yaml: str, deps: dict[str, list[str]]) -> str:
-    """dvc.yaml with each stage's src/chunklab deps replaced by `deps` (placed where the first was)."""
+    """dvc.yaml with each stage's src/chunklab deps replaced by `deps`, placed where the first was
+    (a stage that lists none yet: at the top of its `deps:`)."""
+    declared = declared_deps(dvc_yaml)
     lines, stage, written = [], None, set()
     for line in dvc_yaml.splitlines():
         if re.match(r"^  (\w+):\s*$", line):
             stage = line.strip()[:-1]
         item = re.match(rf"^(\s+)- {SRC_PREFIX}", line)
+        header = re.match(r"^(\s+)deps:\s*$", line)
         if stage in deps and item:
             if stage not in written:
                 lines += [f"{item.group(1)}- {d}" for d in deps[stage]]
                 written.add(stage)
             continue
         lines.append(line)
+        if stage in deps and header and not declared.get(stage):
+            lines += [f"{header.group(1)}  - {d}" for d in deps[stage]]
+            written.add(stage)
     return "\n".join(lines) + "\n"
+
+
+FIX = "make deps   (that is: .venv/bin/python -m chunklab.stages.deps --write, in the project's root)"
+
+
+def mismatches(root: Path) -> dict[str, dict[str, list[str]]]:
+    """Per stage whose dvc.yaml deps differ from its imports: the paths missing and those not imported."""
+    text = (root / "dvc.yaml").read_text()
+    derived, declared = derived_deps(root, text), declared_deps(text)
+    return {stage: {"missing": sorted(set(paths) - set(declared.get(stage, []))),
+                    "not imported": sorted(set(declared.get(stage, [])) - set(paths))}
+            for stage, paths in derived.items() if sorted(paths) != sorted(declared.get(stage, []))}
 
 
 if __name__ == "__main__":

@@ -22,10 +22,32 @@ from chunklab.experiments.simulate import simulate_many, simulate_requests
 from chunklab.experiments.sweep import run_grid
 from chunklab.metrics.conditions import sim_conditions_line
 from chunklab.experiments.fidelity import drift_table, paired_errors, paired_table, repeat_floor
-from chunklab.stages.common import measured_capacity, runs_dir, write_json, write_text
+from chunklab.stages.common import arguments, measured_capacity, read_section, runs_dir, write_json, write_text
 from chunklab.stages.fidelity_tables import (SCALED, SENTINEL, markdown, metrics, percentile_table,
                                              step_errors)
-from chunklab.stages.params import FidelityParams
+from chunklab.stages.typed_yaml import Section, no_overrides
+
+
+@Section
+class FidelityTrace:
+    rows: int
+    start_offset: int
+    budget: int
+    overrides: list[str] = no_overrides()
+
+
+@Section
+class FidelityParams:
+    workload: str
+    num_requests: int
+    seed: int
+    repeats: int
+    budgets: list[int]
+    loads: list[float]  # of this machine's measured capacity (the capacity stage's, budget 512)
+    trace: FidelityTrace
+    processes: int
+    mix_overrides: list[str] = no_overrides()
+    overrides: list[str]
 
 
 def points(p: FidelityParams, capacity_req_per_s: float) -> list[tuple[str, float | None, dict]]:
@@ -144,3 +166,19 @@ def run(p: FidelityParams, profile: Path, probe_only_profile: Path, capacity_csv
     md = markdown(p, paired, floor, tables, step_err, drift, lines)
     write_text(table_path, md)
     print(md)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The stage's dvc.yaml cmd:
+
+        python -m chunklab.stages.fidelity --params params.yaml --profile outputs/profiles/machine.json
+        --probe-only-profile outputs/profiles/machine_probe_only.json
+        --capacity outputs/capacity/measured_vs_simulated.csv --out outputs/fidelity --table outputs/tables/fidelity.md
+    """
+    args = arguments(__doc__, "params", "profile", "probe_only_profile", "capacity", "out", "table", argv=argv)
+    run(read_section(args.params, "fidelity", FidelityParams), profile=args.profile,
+        probe_only_profile=args.probe_only_profile, capacity_csv=args.capacity, out_dir=args.out, table_path=args.table)
+
+
+if __name__ == "__main__":
+    main()

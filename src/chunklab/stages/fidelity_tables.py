@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -10,7 +11,9 @@ from chunklab.engine.cost_models.linear import LinearCostModel, probe_only, read
 from chunklab.engine.step_log import FEATURE_PREFIX
 from chunklab.engine.step_shape import FEATURES
 from chunklab.experiments.fidelity import drift_correlation, fidelity_table, step_error_table
-from chunklab.stages.params import FidelityParams
+
+if TYPE_CHECKING:  # the fidelity stage's section, which imports this module: a type only, no import cycle at run time
+    from chunklab.stages.fidelity import FidelityParams
 
 SENTINEL = "sentinel-scaled"
 # simulation name -> the measured runs' column that scales its step times, repeat by repeat

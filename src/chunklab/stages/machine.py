@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from chunklab.calibration.fingerprint import machine_identity
-from chunklab.stages.common import write_json
+from chunklab.stages.common import arguments, write_json
 
 
 def run(out_path: Path) -> None:
@@ -20,3 +20,16 @@ def run(out_path: Path) -> None:
     write_json(out_path, identity)
     print(f"[machine] {identity['cpu_model']}, {identity['cpu_logical_cores']} logical cores, "
           f"torch {identity['torch_version']} ({identity['torch_threads']} threads)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The stage's dvc.yaml cmd:
+
+        python -m chunklab.stages.machine --out outputs/machine.json
+    """
+    args = arguments(__doc__, "out", argv=argv)
+    run(args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -12,15 +12,51 @@ import pandas as pd
 
 from chunklab import bench
 from chunklab.app import run_experiment
-from chunklab.engine.model_runner import torch_threads
 from chunklab.config import EngineConfig
+from chunklab.engine.model_runner import torch_threads
 from chunklab.experiments.compose import compose_run_config
 from chunklab.metrics.conditions import conditions, conditions_line
 from chunklab.peers import compare, vllm_peer
-from chunklab.stages.common import Progress, write_json, write_text
-from chunklab.stages.params import PerfParams
+from chunklab.stages.common import Progress, arguments, read_section, write_json, write_text
 from chunklab.stages.perf_limits import AFTER, BEFORE, LIMIT_PARTS, limits, row
 from chunklab.stages.perf_process import run_process
+from chunklab.stages.typed_yaml import Section, no_overrides
+
+
+@Section
+class PerfPeerParams:
+    repeats: int
+    prompt_tokens: int
+    prefill_chunks: list[int]
+    static_batch: int
+    static_prompt_tokens: int
+    static_new_tokens: int
+    static_budget: int
+    serve_requests: int
+    serve_repeats: int = 1
+    rate_per_s: float
+    seed: int
+    budgets: list[int]
+
+
+@Section
+class PerfParams:
+    repeats: int
+    prefill_samples: int
+    prompt_tokens: int
+    chunk_tokens: int
+    decode_context: int
+    overhead_requests: int
+    hf_prompt_tokens: int
+    hf_new_tokens: int
+    rss_requests: tuple[int, int]  # (small, large)
+    budgets: list[int]
+    sim_requests: int
+    sim_trace_rows: int | None  # None: every row
+    trace_overrides: list[str]
+    time_build: bool
+    peer: PerfPeerParams
+    overrides: list[str] = no_overrides()
 
 
 def simulator(p: PerfParams, progress: Progress) -> list[dict]:
@@ -143,3 +179,20 @@ def run(p: PerfParams, profile: Path, csv_path: Path, vs_vllm_path: Path, end_to
           e2e.to_markdown(index=False, floatfmt=".3f"), "", f"Conditions: {conditions_line(cond)}", ""]
     write_text(table_path, "\n".join(md))
     print("\n".join(md))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The stage's dvc.yaml cmd:
+
+        python -m chunklab.stages.perf --params params.yaml --profile outputs/profiles/machine.json --csv outputs/perf.csv
+        --vs-vllm outputs/perf_vs_vllm.csv --end-to-end outputs/perf_end_to_end.csv --conditions outputs/perf_conditions.json
+        --metrics outputs/perf_metrics.json --table outputs/tables/perf.md
+    """
+    args = arguments(__doc__, "params", "profile", "csv", "vs_vllm", "end_to_end", "conditions", "metrics", "table", argv=argv)
+    run(read_section(args.params, "perf", PerfParams), profile=args.profile, csv_path=args.csv, vs_vllm_path=args.vs_vllm,
+        end_to_end_path=args.end_to_end, conditions_path=args.conditions, metrics_path=args.metrics,
+        table_path=args.table)
+
+
+if __name__ == "__main__":
+    main()

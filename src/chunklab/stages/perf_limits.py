@@ -8,12 +8,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import TYPE_CHECKING
 
 from chunklab import bench
 from chunklab.peers import compare
 from chunklab.stages.common import Progress
-from chunklab.stages.params import PerfParams
 from chunklab.stages.perf_process import peak_rss_mb
+
+if TYPE_CHECKING:  # the perf stage's section, which imports this module: a type only, no import cycle at run time
+    from chunklab.stages.perf import PerfParams
 
 
 # before / after issue 19, the same two engines the vLLM comparison runs (peers/compare.py): every

@@ -11,8 +11,17 @@ from chunklab import bench
 from chunklab.config import EngineConfig
 from chunklab.hydra_compose import compose_config
 from chunklab.metrics.conditions import conditions, conditions_line
-from chunklab.stages.common import write_json
-from chunklab.stages.params import PrefillSplitParams
+from chunklab.stages.common import arguments, read_section, write_json
+from chunklab.stages.typed_yaml import Section, no_overrides
+
+
+@Section
+class PrefillSplitParams:
+    prompt_tokens: int
+    chunk_tokens: list[int]
+    attention: list[str]
+    repeats: int
+    overrides: list[str] = no_overrides()
 
 
 def run(p: PrefillSplitParams, csv_path: Path, conditions_path: Path) -> None:
@@ -48,3 +57,17 @@ def run(p: PrefillSplitParams, csv_path: Path, conditions_path: Path) -> None:
                cond | {"matmul_gflops": peak, "matmul_library": library,
                        **{f"matmul_gflops_{lib}": v for lib, v in peaks.items()}, "prefill_gflop": flops / 1e9,
                        "line": conditions_line(cond)})
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The stage's dvc.yaml cmd:
+
+        python -m chunklab.stages.prefill_split --params params.yaml --csv outputs/prefill_split.csv
+        --conditions outputs/prefill_split_conditions.json
+    """
+    args = arguments(__doc__, "params", "csv", "conditions", argv=argv)
+    run(read_section(args.params, "prefill_split", PrefillSplitParams), csv_path=args.csv, conditions_path=args.conditions)
+
+
+if __name__ == "__main__":
+    main()

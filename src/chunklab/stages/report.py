@@ -1,7 +1,17 @@
 """Stages tables, plots and report: the measured chapter tables, their figures, and REPORT.md,
-from the prefill_split, token_budget and fidelity stages' outputs."""
+from the prefill_split, token_budget and fidelity stages' outputs.
+
+    python -m chunklab.stages.report tables|plots|report --split outputs/prefill_split.csv
+        --split-conditions outputs/prefill_split_conditions.json --token-budget outputs/token_budget
+        --fidelity outputs/fidelity --machine outputs/machine.json
+        --out outputs/tables|outputs/plots|outputs/REPORT.md
+        [plots: --params params.yaml --profile outputs/profiles/machine.json --outputs outputs (the simulated
+         stages' and cost_models' CSVs, drawn under --out)]
+        [report: --outputs outputs (every table it quotes) --metrics outputs/chapter_metrics.json]
+"""
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +21,7 @@ import pandas as pd
 from chunklab.report import chapter, figures, tables
 from chunklab.report.claim_text import chapter_metrics
 from chunklab.report.writeup import report as writeup
+from chunklab.stages.sim_figures import make_simulated_plots, read_plot_params
 
 
 @dataclass(frozen=True)
@@ -125,3 +136,30 @@ def make_report(m: Measured, outputs_dir: Path, out_path: Path, metrics_path: Pa
     out_path.write_text(writeup(m.split, m.runs, m.requests, m.tokens, m.split_conditions,
                                 m.token_budget_conditions, outputs_dir))
     metrics_path.write_text(json.dumps(chapter_metrics(m.runs, m.split, outputs_dir), indent=2) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=["tables", "plots", "report"])
+    for name in ("--split", "--split-conditions", "--token-budget", "--fidelity", "--machine", "--out"):
+        ap.add_argument(name, type=Path, required=True, metavar="PATH")
+    for name in ("--outputs", "--metrics", "--params", "--profile"):
+        ap.add_argument(name, type=Path, metavar="PATH")
+    args = ap.parse_args(argv)
+    if args.what == "report" and (args.outputs is None or args.metrics is None):
+        ap.error("report reads every table it quotes under --outputs and writes its headline numbers to --metrics")
+    if args.what == "plots" and (args.outputs is None or args.params is None or args.profile is None):
+        ap.error("plots draws the simulated stages' CSVs under --outputs, captioned from --params and --profile")
+    plot_params = read_plot_params(args.params) if args.what == "plots" else None  # bad params: stop before any work
+    measured = load(args.split, args.split_conditions, args.token_budget, args.fidelity)
+    if args.what == "report":
+        make_report(measured, args.outputs, args.out, args.metrics)
+    elif args.what == "plots":
+        make_plots(measured, args.out, json.loads(args.machine.read_text())["cpu_model"])
+        make_simulated_plots(plot_params, args.profile, args.outputs, args.out)
+    else:
+        make_tables(measured, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -9,10 +9,20 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from chunklab.experiments.compose import compose_run_config, simulated_conditions
 from chunklab.experiments.capacity import search
-from chunklab.stages.common import write_json, write_text
-from chunklab.stages.params import SimCapacityParams, SimParams
+from chunklab.experiments.compose import compose_run_config, simulated_conditions
+from chunklab.stages.common import arguments, read_section, write_json, write_text
+from chunklab.stages.shared_params import SimParams
+from chunklab.stages.typed_yaml import Section
+
+
+@Section
+class SimCapacityParams:
+    workloads: list[str]
+    budgets: list[int]
+    target: float
+    rel_tol: float
+
 
 KNOBS = ("budget", "max_partial_prefills", "long_prefill_threshold", "ordering")
 
@@ -57,3 +67,18 @@ def run(p: SimCapacityParams, sim: SimParams, profile: Path, tuning_dir: Path, o
             f"\n\nConditions: {simulated_conditions([f'engine.profile={profile}', *sim.overrides])}")
     write_text(table_path, "### Capacity by configuration (simulated)\n\n"
                + table.to_markdown(index=False, floatfmt=".3f") + "\n\n" + note + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The stage's dvc.yaml cmd:
+
+        python -m chunklab.stages.sim_capacity --params params.yaml --profile outputs/profiles/machine.json --tuning outputs/simulated/tuning
+        --out outputs/simulated/capacity --table outputs/simulated/tables/capacity.md
+    """
+    args = arguments(__doc__, "params", "profile", "tuning", "out", "table", argv=argv)
+    run(read_section(args.params, "sim_capacity", SimCapacityParams), read_section(args.params, "sim", SimParams),
+        profile=args.profile, tuning_dir=args.tuning, out_dir=args.out, table_path=args.table)
+
+
+if __name__ == "__main__":
+    main()

@@ -28,8 +28,33 @@ from chunklab.experiments.compose import compose_run_config
 from chunklab.experiments.load import reference_config
 from chunklab.experiments.simulate import simulate_many, simulate_slos
 from chunklab.model.sizes import kv_bytes_per_token, num_parameters
-from chunklab.stages.common import write_json
-from chunklab.stages.params import SimDisaggParams
+from chunklab.stages.common import arguments, read_section, write_json
+from chunklab.stages.typed_yaml import Section
+
+
+@Section
+class SimDisaggParams:
+    pairs: list[tuple[str, str, float]]  # (model, hardware, SLO scale: each SLO set's seconds x this)
+    gpus: list[int]  # N: colocated N replicas against every xP/yD split with x + y = N
+    workloads: list[str]
+    trace_workloads: list[str]
+    num_requests: int  # per run on min(gpus) GPUs; N GPUs run N / min(gpus) x as many (a trace: its first rows)
+    seed: int
+    slos: list[str]  # conf/slo/ sets, each judged on every run
+    capacity_slo: str  # one of slos: single-GPU capacity is the rate with >= target of requests within it
+    target: float
+    capacity_rel_tol: float
+    loads: list[float]  # x N x the single-GPU capacity
+    verdict_loads: list[float]  # the loads the regime verdicts read (around capacity)
+    throughput_load: float  # one of loads, high enough to saturate every topology: the throughput verdict
+    budgets: list[int]  # the colocated replicas' budget, tuned per point (the best of these)
+    prefill_budget: int  # the prefill pool's budget (whole prompts)
+    links: list[str]  # conf/link/ presets for the KV transfer
+    router: str  # conf/router/: arrivals and hand-offs
+    tie_margin: float  # a winner by less than this share is a tie (a modelling margin, not noise)
+    processes: int
+    overrides: list[str]
+
 
 MIN_COLOCATED_SHARE = 0.1  # a gain is read only where colocation still serves this share within SLO:
 # below it the ratio divides by a handful of requests, and overload, not topology, decides it
@@ -211,3 +236,16 @@ def stage_metrics(winners: pd.DataFrame, num_runs: int) -> dict[str, float]:
     out[f"sim_disagg: largest disaggregated over colocated goodput per GPU, colocated >= "
         f"{MIN_COLOCATED_SHARE:.0%} in SLO"] = round(float(finite.max()), 4) if len(finite) else 0.0
     return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The stage's dvc.yaml cmd:
+
+        python -m chunklab.stages.sim_disagg --params params.yaml --out outputs/simulated/disagg
+    """
+    args = arguments(__doc__, "params", "out", argv=argv)
+    run(read_section(args.params, "sim_disagg", SimDisaggParams), out_dir=args.out)
+
+
+if __name__ == "__main__":
+    main()

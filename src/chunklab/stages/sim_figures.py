@@ -20,13 +20,57 @@ import pandas as pd
 
 from chunklab.report import figures
 from chunklab.report.disagg_figures import winner_map
-from chunklab.stages.common import profile_machine
-from chunklab.stages.params import Params
+from chunklab.stages.common import profile_machine, read_section
+from chunklab.stages.shared_params import SimParams, VidurDevice
+from chunklab.stages.typed_yaml import Section
 
 LOAD_NOTE = "load: a fraction of the default scheduler's simulated capacity"
 
 
-def make_simulated_plots(p: Params, profile: Path, outputs: Path, out_dir: Path) -> None:
+# The keys of other stages' sections that the captions and file names read (the plots stage's
+# `params` in dvc.yaml): views, so the plots stage never imports a simulation stage; each section's
+# own stage checks the whole of it.
+@Section
+class MapsView:
+    workloads: list[str]
+
+
+@Section
+class TracesView:
+    compressed_time_scale: float
+
+
+@Section
+class CostModelsView:
+    devices: list[VidurDevice]
+
+
+@Section
+class DisaggView:
+    target: float
+    capacity_slo: str
+    budgets: list[int]
+    tie_margin: float
+
+
+@Section
+class PlotParams:
+    sim: SimParams
+    sim_maps: MapsView
+    sim_traces: TracesView
+    cost_models: CostModelsView
+    sim_disagg: DisaggView
+
+
+def read_plot_params(path: Path) -> PlotParams:
+    """What the simulated figures read of params.yaml, typed; a mismatch ends the stage in one line."""
+    return PlotParams(sim=read_section(path, "sim", SimParams),
+                      **{name: read_section(path, name, view, view=True) for name, view in (
+                          ("sim_maps", MapsView), ("sim_traces", TracesView), ("cost_models", CostModelsView),
+                          ("sim_disagg", DisaggView))})
+
+
+def make_simulated_plots(p: PlotParams, profile: Path, outputs: Path, out_dir: Path) -> None:
     sim_dir, fit_dir = out_dir / "simulated", out_dir / "cost_models"
     sim_dir.mkdir(parents=True, exist_ok=True)
     fit_dir.mkdir(parents=True, exist_ok=True)
@@ -81,7 +125,7 @@ def coinciding(probes: pd.DataFrame) -> str:
     return f"; lines that coincide: {'; '.join(same)}" if same else ""
 
 
-def draw_disagg_maps(p: Params, disagg: Path, sim_dir: Path) -> None:
+def draw_disagg_maps(p: PlotParams, disagg: Path, sim_dir: Path) -> None:
     """One map per model/device pair and KV link (sim_disagg's winners.csv)."""
     winners, q = pd.read_csv(disagg / "winners.csv"), p.sim_disagg
     per_run = json.loads((disagg / "conditions.json").read_text())["requests_per_run"]  # {N: requests}

@@ -13,8 +13,17 @@ from chunklab.config import RunConfig
 from chunklab.experiments.compose import compose_run_config, simulated_conditions
 from chunklab.experiments.load import workload_capacity
 from chunklab.experiments.simulate import simulate_many
-from chunklab.stages.common import write_text
-from chunklab.stages.params import SimMapsParams, SimParams
+from chunklab.stages.common import arguments, read_section, write_text
+from chunklab.stages.shared_params import SimParams
+from chunklab.stages.typed_yaml import Section
+
+
+@Section
+class SimMapsParams:
+    workloads: list[str]
+    budgets: list[int]
+    loads: list[float]
+
 
 METRICS = ["goodput_req_per_s", "slo_attainment", "ttft_p99_s", "itl_p99_s", "worst_stall_s", "ttft_p50_s",
            "output_tokens_per_s"]
@@ -65,3 +74,18 @@ def run(p: SimMapsParams, sim: SimParams, profile: Path, out_dir: Path, table_pa
           "Every cell is in outputs/simulated/maps/cells.csv.", "", f"Conditions: {simulated_conditions([f'engine.profile={profile}', *sim.overrides])}",
           ""]
     write_text(table_path, "\n".join(md))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The stage's dvc.yaml cmd:
+
+        python -m chunklab.stages.sim_maps --params params.yaml --profile outputs/profiles/machine.json
+        --out outputs/simulated/maps --table outputs/simulated/tables/maps.md
+    """
+    args = arguments(__doc__, "params", "profile", "out", "table", argv=argv)
+    run(read_section(args.params, "sim_maps", SimMapsParams), read_section(args.params, "sim", SimParams),
+        profile=args.profile, out_dir=args.out, table_path=args.table)
+
+
+if __name__ == "__main__":
+    main()

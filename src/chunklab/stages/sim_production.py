@@ -16,13 +16,53 @@ from pathlib import Path
 import pandas as pd
 
 from chunklab.config import RunConfig
+from chunklab.experiments.capacity import QUEUE_KEYS, Capacity, at_rate, natural_rate, search, seeds_for
 from chunklab.experiments.compose import compose_run_config
 from chunklab.experiments.load import reference_config
-from chunklab.experiments.capacity import QUEUE_KEYS, Capacity, at_rate, natural_rate, search, seeds_for
 from chunklab.experiments.simulate import simulate_many, simulate_regime
 from chunklab.metrics.conditions import sim_conditions_line
-from chunklab.stages.common import write_text
-from chunklab.stages.params import SimProductionParams
+from chunklab.stages.common import arguments, read_section, write_text
+from chunklab.stages.typed_yaml import Section
+
+
+@Section
+class PublishedSlo:
+    name: str
+    p99_tbt_s: float
+    budget: int
+    published_ratio: str
+
+
+@Section
+class PublishedParams:
+    model: str
+    hardware: str
+    workload: str
+    overrides: list[str]
+    median_delay_s: float
+    vllm: dict[str, int | str]  # scheduler knobs of each side
+    sarathi: dict[str, int | str]
+    slos: list[PublishedSlo]
+
+
+@Section
+class SimProductionParams:
+    pairs: list[tuple[str, str]]  # (model, hardware)
+    workloads: list[str]
+    trace_workloads: list[str]
+    trace_rows: int
+    num_requests: int
+    seeds: list[int]
+    slo: str
+    target: float
+    capacity_rel_tol: float
+    budgets: list[int]
+    loads: list[float]
+    table_load: float
+    processes: int
+    overrides: list[str]
+    published: PublishedParams
+
 
 DEFAULT_START = (2.0, 16.0)  # req/s: search()'s default bracket
 PUBLISHED_START = (0.25, 2.0)  # Mistral-7B on one A100 serves a few requests a second of the trace
@@ -180,3 +220,16 @@ def write_tables(p: SimProductionParams, caps: pd.DataFrame, cells: pd.DataFrame
            f"synthetic run, SLO slo={p.slo}. Every cell: outputs/simulated/production/cells.csv.", ""]
     write_text(table_path, "\n".join(md))
 
+
+def main(argv: list[str] | None = None) -> None:
+    """The stage's dvc.yaml cmd:
+
+        python -m chunklab.stages.sim_production --params params.yaml --out outputs/simulated/production
+        --table outputs/simulated/tables/production.md
+    """
+    args = arguments(__doc__, "params", "out", "table", argv=argv)
+    run(read_section(args.params, "sim_production", SimProductionParams), out_dir=args.out, table_path=args.table)
+
+
+if __name__ == "__main__":
+    main()

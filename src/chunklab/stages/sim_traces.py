@@ -12,8 +12,20 @@ import pandas as pd
 from chunklab.experiments.compose import compose_run_config, simulated_conditions
 from chunklab.metrics.conditions import describe_workload
 from chunklab.runner import execute
-from chunklab.stages.common import write_text
-from chunklab.stages.params import SimParams, SimTracesParams
+from chunklab.stages.common import arguments, read_section, write_text
+from chunklab.stages.shared_params import SimParams
+from chunklab.stages.typed_yaml import Section
+
+
+@Section
+class SimTracesParams:
+    budgets: list[int]
+    compressed_budget: int
+    compressed_time_scale: float
+    timeline_bin_s: float
+    num_requests: int | None  # None: every row
+    overrides: list[str]
+
 
 CLASS_KEYS = ["slo_attainment", "ttft_p50_s", "ttft_p99_s", "slowdown_p50", "slowdown_p99", "tpot_p50_s"]
 
@@ -64,3 +76,18 @@ def run(p: SimTracesParams, sim: SimParams, profile: Path, out_dir: Path, table_
           f"over time (max per {p.timeline_bin_s:g} s) is in outputs/simulated/traces/queue.csv and outputs/plots/simulated/queue.png.",
           "", f"Conditions: {simulated_conditions([f'engine.profile={profile}', *p.overrides])}", ""]
     write_text(table_path, "\n".join(md))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The stage's dvc.yaml cmd:
+
+        python -m chunklab.stages.sim_traces --params params.yaml --profile outputs/profiles/machine.json
+        --out outputs/simulated/traces --table outputs/simulated/tables/traces.md
+    """
+    args = arguments(__doc__, "params", "profile", "out", "table", argv=argv)
+    run(read_section(args.params, "sim_traces", SimTracesParams), read_section(args.params, "sim", SimParams),
+        profile=args.profile, out_dir=args.out, table_path=args.table)
+
+
+if __name__ == "__main__":
+    main()

@@ -12,10 +12,20 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from chunklab.paths import project_dir
 from chunklab.experiments.compose import simulated_conditions
-from chunklab.stages.common import runs_dir, write_text
-from chunklab.stages.params import SimParams, SimTuningParams
+from chunklab.paths import project_dir
+from chunklab.stages.common import arguments, read_section, runs_dir, write_text
+from chunklab.stages.shared_params import SimParams
+from chunklab.stages.typed_yaml import Section
+
+
+@Section
+class SimTuningParams:
+    workloads: list[str]
+    n_trials: int
+    load: float
+    seed: int
+
 
 KNOBS = ("scheduler.budget", "scheduler.max_partial_prefills", "scheduler.long_prefill_threshold", "scheduler.ordering")
 
@@ -77,3 +87,18 @@ def run(p: SimTuningParams, sim: SimParams, profile: Path, out_dir: Path, table_
             f"outputs/simulated/tuning/trials.csv.\n\nConditions: {simulated_conditions([f'engine.profile={profile}', *sim.overrides])}")
     write_text(table_path, "### Tuned scheduler per workload (simulated)\n\n"
                + pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3f") + "\n\n" + note + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The stage's dvc.yaml cmd:
+
+        python -m chunklab.stages.sim_tuning --params params.yaml --profile outputs/profiles/machine.json
+        --out outputs/simulated/tuning --table outputs/simulated/tables/tuning.md
+    """
+    args = arguments(__doc__, "params", "profile", "out", "table", argv=argv)
+    run(read_section(args.params, "sim_tuning", SimTuningParams), read_section(args.params, "sim", SimParams),
+        profile=args.profile, out_dir=args.out, table_path=args.table)
+
+
+if __name__ == "__main__":
+    main()

@@ -16,8 +16,21 @@ from pathlib import Path
 import pandas as pd
 
 from chunklab.experiments.sweep import grid, run_grid
-from chunklab.stages.common import runs_dir, write_json
-from chunklab.stages.params import TokenBudgetParams
+from chunklab.stages.common import arguments, read_section, runs_dir, write_json
+from chunklab.stages.typed_yaml import Section
+
+
+@Section
+class TokenBudgetParams:
+    budgets: list[int]
+    seeds: list[int]
+    small_requests: int
+    large_requests: int
+    seed: int
+    repeats: int
+    extra_seeds: list[int]
+    rate_per_s: float
+    overrides: list[str]
 
 
 def intensity(point: dict) -> str:
@@ -63,3 +76,16 @@ def run(p: TokenBudgetParams, profile: Path, out_dir: Path) -> None:
     large.steps.to_csv(out_dir / "steps_large.csv", index=False, float_format="%.5g")  # the noise guard's raw data
     write_json(out_dir / "conditions.json", {"small": small.conditions[0], "large": large.conditions[0],
                                              "lines": small.conditions + large.conditions})
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The stage's dvc.yaml cmd:
+
+        python -m chunklab.stages.token_budget --params params.yaml --profile outputs/profiles/machine.json --out outputs/token_budget
+    """
+    args = arguments(__doc__, "params", "profile", "out", argv=argv)
+    run(read_section(args.params, "token_budget", TokenBudgetParams), profile=args.profile, out_dir=args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,19 +1,66 @@
-"""Typed reading of a YAML document into frozen dataclasses (params.yaml's loader, stages/params.py).
+"""params.yaml read one typed way: each stage module declares the dataclass of its section(s) and
+loads it with `load_section(path, "sim_maps", SimMapsParams)`.
 
 A key the dataclass does not name, a missing key without a default, or a value of the wrong type is
-a ParamsError whose message is one line naming the key (`sim_maps.loads[2]: expected float, got 'x'`).
+a ParamsError whose message is one line naming the file and the key
+(`params.yaml: sim_maps.loads[2]: expected float, got 'x'`).
 Values are never reshaped: an int given for a float becomes that float, nothing else is coerced.
+Defaults exist only where a stage has always treated the key as optional (`no_overrides()`).
 """
 from __future__ import annotations
 
 import dataclasses
 import types
 import typing
+from pathlib import Path
 from typing import Union
+
+import yaml
+
+# A params section's dataclass: frozen (a stage never edits its params) and keyword-only, so a field
+# with a default may sit anywhere, in params.yaml's order.
+Section = dataclasses.dataclass(frozen=True, kw_only=True)
 
 
 class ParamsError(ValueError):
     """A params.yaml that does not match its dataclasses; the message is one line."""
+
+
+def no_overrides() -> list[str]:
+    """The default of an optional `overrides`-like key: no Hydra overrides."""
+    return dataclasses.field(default_factory=list)
+
+
+def load_section(path: str | Path, name: str, cls):
+    """params.yaml's section `name` at path, checked whole against the dataclass cls and built."""
+    return _load(path, name, cls, whole=True)
+
+
+def load_view(path: str | Path, name: str, cls):
+    """Only the keys of section `name` that the dataclass cls names, typed; the section's other keys
+    are left to the stage that owns it (its load_section checks them). For a reader of a few keys of
+    another stage's section (the plots stage's captions)."""
+    return _load(path, name, cls, whole=False)
+
+
+def _load(path: str | Path, name: str, cls, whole: bool):
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ParamsError(f"{path}: unreadable: {' '.join(str(exc).split())}") from None
+    try:
+        if not isinstance(doc, dict):
+            raise ParamsError(f"the file: expected a mapping of sections, got {doc!r}")
+        if name not in doc:
+            raise ParamsError(f"{name}: missing")
+        value = doc[name]
+        if not whole and isinstance(value, dict):
+            names = {f.name for f in dataclasses.fields(cls)}
+            value = {k: v for k, v in value.items() if k in names}
+        return typed(cls, value, name)
+    except ParamsError as exc:
+        raise ParamsError(f"{path}: {exc}") from None
 
 
 def typed(tp, value, where: str):
