@@ -101,7 +101,7 @@ def test_a_model_too_big_for_this_machine_gets_one_line_not_an_oom_kill(monkeypa
     """Llama-2-7B on this CPU: a line naming the model and both sizes, before any weight is allocated."""
     pytest.importorskip("torch")
     from chunklab.config import ConfigError
-    from chunklab.engine import model_runner
+    from chunklab.engine.executors import model_runner
     from chunklab.hydra_compose import compose_config
 
     cfg = compose_config(["model=llama2_7b", "tracking=none"])

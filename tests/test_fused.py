@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from chunklab.config import EngineConfig, TinyGPTConfig
-from chunklab.engine.model_runner import ModelRunner
+from chunklab.engine.executors.model_runner import ModelRunner
 from chunklab.model import kv_layout, native
 from chunklab.model.attention import AttentionMetadata, DecodeBatch, PrefillSegment
 from chunklab.model.linear_library import LinearPlan

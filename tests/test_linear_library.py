@@ -5,7 +5,7 @@ import json
 import pytest
 
 from chunklab.config import EngineConfig
-from chunklab.engine.model_runner import ModelRunner
+from chunklab.engine.executors.model_runner import ModelRunner
 from chunklab.model import linear_library as ll
 from chunklab.model.linear_library import LinearPlan, plan_from_ratios
 from helpers import MICRO

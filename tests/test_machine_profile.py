@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from chunklab.calibration.fingerprint import describe, differences, fingerprint, fingerprint_id
-from chunklab.calibration.fit import STALL_RATIO, fit_linear, fit_probe_and_serving
+from chunklab.cost_models.fits.profile import STALL_RATIO, fit_linear, fit_probe_and_serving
 from chunklab.calibration.machine import CACHE_ENV, machine_profile_path
 from chunklab.calibration.profile import fit_on
 from chunklab.config import EngineConfig
@@ -288,8 +288,8 @@ def test_the_speed_sentinel_reads_the_real_engine_against_the_profile():
     of its steps' measured / predicted seconds: against a profile that predicts a thousand times too
     much, far under 1; against one a million times too little, far over."""
     from chunklab.calibration.sentinel import SpeedSentinel
-    from chunklab.engine.cost_models.linear import LinearCostModel
-    from chunklab.engine.step_shape import FEATURES
+    from chunklab.cost_models.linear import LinearCostModel
+    from chunklab.cost_models.step_shape import FEATURES
 
     def sentinel(seconds_per_token):
         coef = tuple(seconds_per_token if f == "tokens" else 0.0 for f in FEATURES)
@@ -306,8 +306,8 @@ def test_a_sentinel_reading_is_taken_over_the_one_its_calibration_took():
     """Right after a fit the sentinel read 0.94-0.96 here, not 1: its readings are divided by that
     baseline (profile["sentinel"]), 1 for a profile from before it was recorded; none can be 0."""
     from chunklab.calibration.sentinel import SpeedSentinel, baseline_of
-    from chunklab.engine.cost_models.linear import LinearCostModel
-    from chunklab.engine.step_shape import FEATURES
+    from chunklab.cost_models.linear import LinearCostModel
+    from chunklab.cost_models.step_shape import FEATURES
 
     coef = tuple(1e-6 if f == "tokens" else 0.0 for f in FEATURES)
     reading = SpeedSentinel(MICRO, EngineConfig(compile=False), LinearCostModel(coef), num_requests=6,

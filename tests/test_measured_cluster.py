@@ -1,4 +1,4 @@
-"""The measured cluster (cluster/measured.py): real instance processes on their own cores, the KV of a
+"""The measured cluster (topology/measured.py): real instance processes on their own cores, the KV of a
 disaggregated request through shared memory, an instance killed mid-run. Every assert is on counts,
 tokens and states, never on how fast anything ran."""
 import multiprocessing
@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 from chunklab import app
 from chunklab.app import run_tracked
 from chunklab.experiments.shm_link import LinkFit, fit_link, link_preset
-from chunklab.cluster.ledger import FINISHED, LOST, PENDING, REJECTED, Ledger, LedgerError
-from chunklab.cluster.measured import MeasuredCluster, available_cores
-from chunklab.cluster.remote import SEGMENT_PREFIX, InstanceDied
-from chunklab.cluster.phases import PHASES, phase_seconds
-from chunklab.cluster.worker import worker_main
+from chunklab.topology.ledger import FINISHED, LOST, PENDING, REJECTED, Ledger, LedgerError
+from chunklab.topology.measured import MeasuredCluster, available_cores
+from chunklab.topology.remote import SEGMENT_PREFIX, InstanceDied
+from chunklab.topology.phases import PHASES, phase_seconds
+from chunklab.topology.worker import worker_main
 from chunklab.config import ChunklabError
 from chunklab.engine.build import build_engine
 from chunklab.engine.replay import replay

@@ -5,7 +5,7 @@ from chunklab.engine.step_log import StepLog
 
 from chunklab.config import EngineConfig, SchedulerConfig, SloConfig
 from chunklab.engine.engine import StepRecord
-from chunklab.engine.step_shape import FEATURES
+from chunklab.cost_models.step_shape import FEATURES
 from chunklab.engine.sequence import Request, Sequence
 from chunklab.metrics.records import output_digest, percentile, record
 from chunklab.metrics.summary import meets_slo, summarize
@@ -94,7 +94,7 @@ def test_slowdown_of_an_engine_run_is_over_one():
     # The engine and serving loop as a run drives them, on a simulated clock: with the real engine's
     # wall clock, the isolated runs raced other test workers for the CPU and once read 0.17.
     from chunklab.engine.build import build_engine
-    from chunklab.engine.cost_models.linear import LinearCostModel
+    from chunklab.cost_models.linear import LinearCostModel
     from chunklab.engine.replay import replay
     from chunklab.metrics.isolation import IsolatedLatency, with_slowdown
     from helpers import MICRO, requests

@@ -90,7 +90,7 @@ def test_naive_attention_matches_sdpa(models):
 def test_sizes_by_arithmetic_match_the_torch_model(dtype):
     """A simulated run counts parameters and KV bytes without torch: the arithmetic must agree."""
     from chunklab.config import EngineConfig
-    from chunklab.engine.model_runner import ModelRunner
+    from chunklab.engine.executors.model_runner import ModelRunner
     from chunklab.model.sizes import kv_cache_bytes, num_parameters
     from helpers import MICRO
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from chunklab.cluster.routers import ROUTERS
-from chunklab.cluster.topology import TOPOLOGIES
+from chunklab.topology.routers import ROUTERS
+from chunklab.topology.cluster import TOPOLOGIES
 from chunklab.config import ConfigError
 from chunklab.engine.build import EXECUTORS
-from chunklab.engine.cost_models import COST_MODELS
+from chunklab.cost_models import COST_MODELS
 from chunklab.engine.policies import ADMISSIONS, ORDERINGS
 from chunklab.registry import Registry
 
@@ -37,8 +37,8 @@ PLUGINS = {
         ordering: admissions_first
         """,
     # a router: always the last instance
-    "src/chunklab/cluster/routers/last.py": """
-        from chunklab.cluster.routers.base import Router
+    "src/chunklab/topology/routers/last.py": """
+        from chunklab.topology.routers.base import Router
 
 
         class Last(Router):
@@ -54,8 +54,8 @@ PLUGINS = {
         name: last
         """,
     # a cost model: every step takes one millisecond
-    "src/chunklab/engine/cost_models/constant.py": """
-        from chunklab.engine.cost_models.base import COST_MODELS, Provenance
+    "src/chunklab/cost_models/constant.py": """
+        from chunklab.cost_models.base import COST_MODELS, Provenance
 
 
         class ConstantCostModel:

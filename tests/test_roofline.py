@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from chunklab.config import ConfigError, RooflineEfficiency
-from chunklab.engine.cost_models import cost_model_for
+from chunklab.cost_models import cost_model_for
 from chunklab.engine.kv_pool import kv_bytes_per_block, pool_blocks, weight_bytes
-from chunklab.engine.cost_models.roofline import RooflineCostModel, elementwise_s, gemm_s, layer_elementwise, layer_gemms
-from chunklab.engine.step_shape import FEATURES, Segment, StepShape
+from chunklab.cost_models.roofline import RooflineCostModel, elementwise_s, gemm_s, layer_elementwise, layer_gemms
+from chunklab.cost_models.step_shape import FEATURES, Segment, StepShape
 from chunklab.experiments.compose import compose_run_config
 from chunklab.model.sizes import DTYPE_BYTES, num_parameters
 
@@ -173,7 +173,7 @@ def vidur_devices():
 
 @pytest.fixture(scope="module")
 def vidur_fits():
-    from chunklab.costs.vidur_fit import fit_vidur
+    from chunklab.cost_models.fits.vidur import fit_vidur
 
     fits = {}
     for _, hardware, data in vidur_devices():
@@ -212,7 +212,7 @@ def test_two_devices_fit_two_sets_of_efficiencies(vidur_fits):
 def test_a100_decode_steps_need_the_a100_fit(vidur_fits):
     """Issue 52: priced with the H100 fit's efficiencies, A100's decode-sized steps (<= 256 tokens) come
     out ~50-70% too slow; its own fit brings a whole layer's median within 10%."""
-    from chunklab.costs.vidur_fit import read_operator_times, step_error, with_efficiency
+    from chunklab.cost_models.fits.vidur import read_operator_times, step_error, with_efficiency
 
     data = dict((h, d) for _, h, d in vidur_devices())["a100_80g"]
     cfg = compose_run_config(["engine=simulated", "tracking=none", "model=llama2_7b", "hardware=a100_80g"])
@@ -239,7 +239,7 @@ def test_presets_say_whose_fit_they_carry(vidur_fits):
 
 def test_a_wrong_efficiency_misses_the_vidur_data():
     """The fit is what makes the model right: halve the GEMM share and the layer error explodes."""
-    from chunklab.costs.vidur_fit import read_operator_times, with_predictions
+    from chunklab.cost_models.fits.vidur import read_operator_times, with_predictions
 
     for name, hardware, path in vidur_devices():
         cfg = compose_run_config(["engine=simulated", "tracking=none", "model=llama2_7b", f"hardware={hardware}"])
@@ -253,7 +253,7 @@ def test_a_wrong_efficiency_misses_the_vidur_data():
 
 
 def test_cpu_roofline_fit_scores_held_out_probe_shapes():
-    from chunklab.costs.cpu_fit import fit_cpu
+    from chunklab.cost_models.fits.cpu import fit_cpu
 
     eff, forms = fit_cpu(compose_run_config(["engine=simulated", "engine.profile=outputs/profiles/machine.json",
                                              "tracking=none"]).model, Path("outputs/profiles/machine_shapes.csv"))

@@ -12,11 +12,11 @@ from chunklab.calibration.profile import calibration_engine
 from chunklab.calibration.shapes import calibration_shapes
 from chunklab.config import ConfigError, EngineConfig, SchedulerConfig
 from chunklab.engine.block_manager import BlockManager
-from chunklab.engine.cost_models import LinearCostModel, ScaledCostModel
+from chunklab.cost_models import LinearCostModel, ScaledCostModel
 from chunklab.engine.policies import OrderingPolicy, Part
 from chunklab.engine.scheduler import Scheduler
 from chunklab.engine.sequence import Request, Sequence
-from chunklab.engine.step_shape import FEATURES, Segment, StepShape
+from chunklab.cost_models.step_shape import FEATURES, Segment, StepShape
 from chunklab.experiments.compose import compose_run_config
 from chunklab.experiments.simulate import simulate_requests
 from helpers import MICRO

@@ -1,4 +1,4 @@
-"""The simulated cluster (src/chunklab/cluster/): replicas behind a router and prefill/decode
+"""The simulated cluster (src/chunklab/topology/): replicas behind a router and prefill/decode
 disaggregation on one virtual clock. Fast, exact: no timing-dependent assert."""
 import dataclasses
 import os
@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from chunklab.tracking.naming import run_name
 
 from chunklab.app import run_experiment
-from chunklab.cluster.phases import PHASES, phase_seconds
-from chunklab.cluster.routers import ROUTERS, make_router
+from chunklab.topology.phases import PHASES, phase_seconds
+from chunklab.topology.routers import ROUTERS, make_router
 from chunklab.config import ConfigError, RouterConfig
 from chunklab.engine.replay import replay
 from chunklab.engine.sequence import Request
@@ -263,14 +263,14 @@ def test_issue_names_choose_the_same_routers():
 # -- events at one instant -----------------------------------------------------------------------
 
 def test_events_at_one_instant_apply_step_ends_then_transfers_then_arrivals(cfgs, monkeypatch):
-    """The contract of cluster/simulated.py at one virtual instant: every step end first (by instance
+    """The contract of topology/simulated.py at one virtual instant: every step end first (by instance
     index), then every KV transfer end (by start order), then every arrival (by request order); only
     then do idle instances start steps. So at that instant a router placing an arrival sees the prefill
     pool after its hand-offs and freed blocks, and a KV that lands as a decode step ends is admitted by
     the step starting then. A zero-second link lands each transfer at the instant of its step's end,
     and one request is made to arrive at that instant too: all three kinds meet."""
-    from chunklab.cluster import simulated
-    from chunklab.cluster.links import LinkModel
+    from chunklab.topology import simulated
+    from chunklab.topology.links import LinkModel
 
     cfg = with_(cfgs["disaggregated"], topology={"prefill": 1, "decode": 1}, workload={"num_requests": 6})
     requests, _ = make_requests(cfg.workload, cfg.model)

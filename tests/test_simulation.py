@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from chunklab.app import run_experiment
-from chunklab.calibration.fit import compare, fit_linear
+from chunklab.cost_models.fits.profile import compare, fit_linear
 from chunklab.calibration.shapes import calibration_shapes
 from chunklab.config import ConfigError, EngineConfig, ModelConfig, SchedulerConfig
-from chunklab.engine.cost_models.linear import load_cost_model
+from chunklab.cost_models.linear import load_cost_model
 from chunklab.engine.scheduler import ScheduledChunk, StepPlan
 from chunklab.engine.sequence import Request, Sequence
-from chunklab.engine.step_shape import FEATURES, Segment, StepShape
+from chunklab.cost_models.step_shape import FEATURES, Segment, StepShape
 from chunklab.experiments.compose import compose_run_config
 from chunklab.metrics.summary import noise_guard
 from helpers import MICRO, cpu_flags
@@ -134,7 +134,7 @@ def test_a_scaled_cost_model_is_the_same_run_on_a_slower_clock():
         for key in ("ttft_s", "e2e_s", "tpot_s"):
             assert b[key] == pytest.approx(k * a[key], rel=1e-9) if a[key] is not None else b[key] is None
     assert s2["makespan_s"] == pytest.approx(k * s1["makespan_s"], rel=1e-9)
-    from chunklab.engine.cost_models import cost_model_for
+    from chunklab.cost_models import cost_model_for
 
     plain, _ = cost_model_for(base.model, base.engine, base.hardware, required=True)
     slower, _ = cost_model_for(scaled.model, scaled.engine, scaled.hardware, required=True)

@@ -13,10 +13,10 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from chunklab.cluster.phases import PHASES, phase_seconds
+from chunklab.topology.phases import PHASES, phase_seconds
 from chunklab.config import RunConfig
 from chunklab.engine.replay import ReplayResult
-from chunklab.engine.simulated_executor import NOTE as SIMULATED_NOTE
+from chunklab.engine.executors.simulated import NOTE as SIMULATED_NOTE
 from chunklab.interrupts import Interrupted, Interrupts
 from chunklab.metrics.conditions import conditions, conditions_line, describe_workload
 from chunklab.metrics.records import RequestRecord

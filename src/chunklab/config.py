@@ -139,7 +139,7 @@ class TrackingConfig:
 
 @dataclass(frozen=True)
 class RooflineEfficiency:
-    """What share of the spec sheet a device reaches, per kind of work (engine/cost_models/roofline.py).
+    """What share of the spec sheet a device reaches, per kind of work (cost_models/roofline.py).
     Each hardware preset says where its numbers come from (`source`)."""
     gemm_max: float = 0.0  # of peak FLOP/s, reached by GEMMs with many rows
     gemm_half_rows: float = 0.0  # rows at which a GEMM reaches half of gemm_max
@@ -159,7 +159,7 @@ class HardwareConfig:
     cpu: this machine, measured, or predicted by a calibrated profile (engine.profile).
     A GPU preset: the vendor's spec sheet, priced by the roofline cost model (simulated runs)."""
     name: str = "cpu"
-    cost_model: str = "profile"  # engine/cost_models/: profile (engine.profile, linear) | roofline (work / specs)
+    cost_model: str = "profile"  # cost_models/: profile (engine.profile, linear) | roofline (work / specs)
     description: str = "this machine's CPU"
     spec_source: str = ""  # where the figures below come from
     peak_dense_tflops: dict[str, float] = field(default_factory=dict)  # per model dtype, no sparsity
@@ -177,7 +177,7 @@ class HardwareConfig:
 
 @dataclass(frozen=True)
 class TopologyConfig:
-    """How many engines serve the request stream, and in which roles (conf/topology/, src/chunklab/cluster/).
+    """How many engines serve the request stream, and in which roles (conf/topology/, src/chunklab/topology/).
 
     single: one engine (every run before clusters); replicas: `replicas` colocated engines behind the
     router; disaggregated: `prefill` engines run prompts and produce the first token, the KV moves over
@@ -192,7 +192,7 @@ class TopologyConfig:
 
 @dataclass(frozen=True)
 class RouterConfig:
-    """Which instance an arriving request goes to (conf/router/, cluster/routers/: one class per file)."""
+    """Which instance an arriving request goes to (conf/router/, topology/routers/: one class per file)."""
     name: str = "round_robin"  # a router's name: round_robin | least_outstanding_requests | least_outstanding_tokens | power_of_two
     decode: str = ""  # disaggregated: the router that picks the decode instance; "": the same as name
     seed: int = 0  # power_of_two's draws
@@ -200,7 +200,7 @@ class RouterConfig:
 
 @dataclass(frozen=True)
 class LinkConfig:
-    """What a KV transfer between a prefill and a decode instance costs (conf/link/, cluster/links.py):
+    """What a KV transfer between a prefill and a decode instance costs (conf/link/, topology/links.py):
     seconds = bytes / bandwidth + latency."""
     name: str = "nvlink4"
     bandwidth_gb_per_s: float = 450.0  # one direction, 10^9 bytes/s

@@ -1,7 +1,7 @@
 """The one run path, for both executors: requests -> engine(s) -> replay -> records -> summary.
 
 A measured run replays its requests through one engine on its clock (engine/replay.py). A simulated
-run is a cluster on one virtual clock (cluster/simulated.py): topology=single is its one-instance case,
+run is a cluster on one virtual clock (topology/simulated.py): topology=single is its one-instance case,
 the same steps and the same floats as the replay of one engine.
 
 chunklab.app adds the run's files and MLflow around it; experiments/simulate.py runs it lean,
@@ -12,14 +12,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from chunklab.cluster.measured import MeasuredCluster
-from chunklab.cluster.phases import Placement
-from chunklab.cluster.simulated import simulate_cluster
-from chunklab.cluster.summary import cluster_summary
-from chunklab.cluster.topology import Cluster, build_cluster
+from chunklab.topology.measured import MeasuredCluster
+from chunklab.topology.phases import Placement
+from chunklab.topology.simulated import simulate_cluster
+from chunklab.topology.summary import cluster_summary
+from chunklab.topology.cluster import Cluster, build_cluster
 from chunklab.config import RunConfig
 from chunklab.engine.build import build_engine, executor_kind, make_executor
-from chunklab.engine.cost_models import CostModel, cost_model_for
+from chunklab.cost_models import CostModel, cost_model_for
 from chunklab.engine.engine import LLMEngine
 from chunklab.engine.replay import ReplayResult, replay
 from chunklab.engine.sequence import Request
@@ -128,7 +128,7 @@ def _serve_simulated(cfg: RunConfig, requests: list[Request], warmup: bool, on_d
 
 def _serve_measured_cluster(cfg: RunConfig, requests: list[Request], on_done, should_stop,
                             on_started=None) -> _Served:
-    """One process per instance, each on its own core (cluster/measured.py); every instance warms up
+    """One process per instance, each on its own core (topology/measured.py); every instance warms up
     in its process. No per-instance profile guards the steps (each runs on one thread)."""
     measured = MeasuredCluster(cfg)
     run = measured.run(requests, on_done=on_done, should_stop=should_stop, on_started=on_started)

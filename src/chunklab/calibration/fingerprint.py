@@ -16,13 +16,13 @@ from functools import cache
 from pathlib import Path
 
 from chunklab.config import EngineConfig, ModelConfig
-from chunklab.engine.cost_models.linear import applies_to
+from chunklab.cost_models.linear import applies_to
 from chunklab.metrics.conditions import cpu_model
 
 SRC = Path(__file__).resolve().parents[1]
 # The code a step's time depends on (the calibrate stage's deps): a change here is a new engine.
-COMPUTE_SOURCES = ("model", "calibration", "engine/model_runner.py", "engine/engine.py", "engine/scheduler.py",
-                   "engine/block_manager.py", "engine/sequence.py", "engine/step_shape.py")
+COMPUTE_SOURCES = ("model", "calibration", "engine/executors/model_runner.py", "engine/engine.py", "engine/scheduler.py",
+                   "engine/block_manager.py", "engine/sequence.py", "cost_models/step_shape.py")
 MACHINE_KEYS = ("cpu_model", "cpu_logical_cores", "torch_threads", "torch_version", "device", "forward_path")
 HARDWARE_KEYS = ("cpu_model", "cpu_logical_cores", "device")  # the rest are software or engine settings
 
@@ -44,7 +44,7 @@ def machine_identity() -> dict:
     on one machine across runs and checkouts, different on any machine whose timings may differ."""
     import torch
 
-    from chunklab.engine.model_runner import default_threads  # optional: torch
+    from chunklab.engine.executors.model_runner import default_threads  # optional: torch
 
     return {"cpu_model": cpu_model(), "cpu_arch": platform.machine(), "cpu_logical_cores": os.cpu_count(),
             "torch_version": torch.__version__, "torch_threads": default_threads()}
@@ -54,7 +54,7 @@ def fingerprint(model: ModelConfig, engine: EngineConfig) -> dict:
     """This machine and software for a run of this model and engine (imports torch)."""
     import torch
 
-    from chunklab.engine.model_runner import planned_forward_path, torch_threads  # optional: torch
+    from chunklab.engine.executors.model_runner import planned_forward_path, torch_threads  # optional: torch
 
     return {"cpu_model": cpu_model(), "cpu_logical_cores": os.cpu_count(), "torch_threads": torch_threads(engine),
             "torch_version": torch.__version__, "device": engine.device,

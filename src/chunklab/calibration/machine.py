@@ -18,7 +18,7 @@ from pathlib import Path
 from chunklab.calibration.fingerprint import HARDWARE_KEYS, describe, differences, fingerprint, fingerprint_id
 from chunklab.calibration.profile import CalibrationSettings, calibrate
 from chunklab.config import EngineConfig, HardwareConfig, ModelConfig
-from chunklab.engine.cost_models.linear import AUTO, PROFILE_FORMAT, applies_to, profile_path
+from chunklab.cost_models.linear import AUTO, PROFILE_FORMAT, applies_to, profile_path
 from chunklab.paths import in_project
 
 CACHE_ENV = "CHUNKLAB_PROFILE_CACHE"

@@ -12,7 +12,7 @@ import statistics
 from chunklab.config import EngineConfig, ModelConfig, SchedulerConfig
 from chunklab.engine.build import build_engine
 from chunklab.engine.sequence import Request
-from chunklab.engine.step_shape import StepShape
+from chunklab.cost_models.step_shape import StepShape
 
 FILLER_TOKEN = 7
 NEVER_ENDS = 1 << 20  # a probe's decode must not finish and free its blocks mid-probe

@@ -16,15 +16,15 @@ import numpy as np
 from tqdm import tqdm
 
 from chunklab.calibration.fingerprint import describe, fingerprint, fingerprint_id
-from chunklab.calibration.fit import (FitResult, compare, fit_linear, fit_probe_and_serving, refit_all, rel_errors,
+from chunklab.cost_models.fits.profile import (FitResult, compare, fit_linear, fit_probe_and_serving, refit_all, rel_errors,
                                       split)
 from chunklab.calibration.probe import profile_shapes
 from chunklab.calibration.sentinel import SpeedSentinel
 from chunklab.calibration.serving import REPLAYS, ServingSteps, replay_workload, serving_steps
 from chunklab.calibration.shapes import calibration_shapes
 from chunklab.config import EngineConfig, ModelConfig, RunConfig, SchedulerConfig
-from chunklab.engine.cost_models.linear import PROFILE_FORMAT, LinearCostModel, applies_to
-from chunklab.engine.step_shape import FEATURES, StepShape
+from chunklab.cost_models.linear import PROFILE_FORMAT, LinearCostModel, applies_to
+from chunklab.cost_models.step_shape import FEATURES, StepShape
 from chunklab.metrics.conditions import conditions
 from chunklab.model.sizes import num_parameters
 

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from chunklab.calibration.serving import BURST_RATE_PER_S, REPLAY_SEED, replay_workload
 from chunklab.config import EngineConfig, ModelConfig, RunConfig, SchedulerConfig
 from chunklab.engine.build import build_engine
-from chunklab.engine.cost_models import CostModel
-from chunklab.engine.cost_models.linear import load_cost_model, profile_path, read_profile
+from chunklab.cost_models import CostModel
+from chunklab.cost_models.linear import load_cost_model, profile_path, read_profile
 from chunklab.engine.replay import replay
 from chunklab.workload.synthetic import synthetic_requests
 

@@ -17,7 +17,7 @@ import numpy as np
 from chunklab.config import EngineConfig, LengthClass, ModelConfig, SchedulerConfig, WorkloadConfig
 from chunklab.engine.build import build_engine
 from chunklab.engine.replay import replay
-from chunklab.engine.step_shape import FEATURES
+from chunklab.cost_models.step_shape import FEATURES
 from chunklab.workload.synthetic import synthetic_requests
 
 # (budget_tokens, rate_per_s) of each replay; its seed is REPLAY_SEED + its index. The last

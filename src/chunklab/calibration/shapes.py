@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from chunklab.engine.step_shape import Segment, StepShape
+from chunklab.cost_models.step_shape import Segment, StepShape
 
 BUDGETS = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 8192)
 

@@ -2,11 +2,11 @@
 sentinel. `build_engine` is the one place an LLMEngine is constructed.
 
 engine.executor chooses the executor and the clock that go together (EXECUTORS, a Registry):
-- torch: the real forward pass (engine/model_runner.py), timed by a wall or replay clock
+- torch: the real forward pass (engine/executors/model_runner.py), timed by a wall or replay clock
   (engine.clock); its steps log their shapes, data a cost model can be fit on;
-- simulated: no forward pass (engine/simulated_executor.py), a virtual clock moved by the cost
+- simulated: no forward pass (engine/executors/simulated.py), a virtual clock moved by the cost
   model's prediction of each step.
-The cost model is built by the caller (engine/cost_models: cost_model_for) and passed in: the
+The cost model is built by the caller (cost_models: cost_model_for) and passed in: the
 engine only asks it to predict.
 """
 from __future__ import annotations
@@ -16,20 +16,20 @@ from typing import Callable
 
 from chunklab.config import ConfigError, EngineConfig, ModelConfig, SchedulerConfig
 from chunklab.engine.clock import SimClock, make_clock
-from chunklab.engine.cost_models import CostModel
+from chunklab.cost_models import CostModel
 from chunklab.engine.engine import Clock, Executor, LLMEngine
-from chunklab.engine.simulated_executor import SimulatedExecutor
+from chunklab.engine.executors.simulated import SimulatedExecutor
 from chunklab.registry import Registry
 
 
 def _torch_runner(model: ModelConfig, engine: EngineConfig) -> Executor:
-    from chunklab.engine.model_runner import ModelRunner  # optional: torch, for the real executor only
+    from chunklab.engine.executors.model_runner import ModelRunner  # optional: torch, for the real executor only
 
     return ModelRunner(model, engine)
 
 
 def _torch_can_run(model: ModelConfig, engine: EngineConfig) -> None:
-    from chunklab.engine.model_runner import check_fits_in_memory, resolve_device  # optional: torch
+    from chunklab.engine.executors.model_runner import check_fits_in_memory, resolve_device  # optional: torch
 
     resolve_device(engine.device)
     check_fits_in_memory(model, engine)

@@ -7,7 +7,7 @@ the simulated clock measures nothing and moves only when told.
   latencies are what a wall run would see, without waiting for nothing.
 - MonotonicClock: CLOCK_MONOTONIC (time.monotonic) less an origin the caller gives: one clock
   for every process of the machine, so a measured cluster's instances time their steps on one
-  axis (cluster/measured.py). Waiting sleeps.
+  axis (topology/measured.py). Waiting sleeps.
 - SimClock: virtual time. A step advances it by the cost model's prediction;
   idle gaps jump. Exact and deterministic: no perf_counter, no sleeping.
 

@@ -12,10 +12,10 @@ from typing import Protocol
 
 from chunklab.config import EngineConfig, ModelConfig, SchedulerConfig
 from chunklab.engine.block_manager import BlockManager
-from chunklab.engine.cost_models import CostModel
+from chunklab.cost_models import CostModel
 from chunklab.engine.scheduler import Scheduler, StepPlan
 from chunklab.engine.sequence import Request, Sequence
-from chunklab.engine.step_shape import StepShape
+from chunklab.cost_models.step_shape import StepShape
 
 
 class Executor(Protocol):

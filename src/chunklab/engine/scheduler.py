@@ -8,7 +8,7 @@ admissions); the admission policy says which waiting sequence goes next.
 The scheduler owns its queues and counters. Other modules use its verbs: add, schedule,
 postprocess; stats for counters; stage and release_all to set up a chosen step (calibration);
 hand_off, release_sent and admit_prefilled to move a prefilled sequence between instances
-(prefill/decode disaggregation, chunklab/cluster/).
+(prefill/decode disaggregation, chunklab/topology/).
 """
 from __future__ import annotations
 

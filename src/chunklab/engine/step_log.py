@@ -8,7 +8,7 @@ from array import array
 from operator import attrgetter
 
 from chunklab.engine.engine import StepRecord
-from chunklab.engine.step_shape import FEATURES
+from chunklab.cost_models.step_shape import FEATURES
 
 FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord) if f.name != "features")
 FLOAT_FIELDS = ("start_s", "duration_s", "predicted_s")

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from chunklab.config import RunConfig, SchedulerConfig
-from chunklab.engine.cost_models import cost_model_for
+from chunklab.cost_models import cost_model_for
 from chunklab.experiments.capacity import search
 from chunklab.paths import in_project
 

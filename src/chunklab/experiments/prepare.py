@@ -13,11 +13,11 @@ from __future__ import annotations
 import dataclasses
 
 from chunklab.calibration.machine import resolve_profile, warn_if_another_machine
-from chunklab.cluster.routers import ROUTERS
-from chunklab.cluster.topology import TOPOLOGIES
+from chunklab.topology.routers import ROUTERS
+from chunklab.topology.cluster import TOPOLOGIES
 from chunklab.config import RunConfig
 from chunklab.engine.build import EXECUTORS, executor_kind
-from chunklab.engine.cost_models import COST_MODELS
+from chunklab.cost_models import COST_MODELS
 from chunklab.engine.kv_pool import pool_blocks
 from chunklab.engine.policies import ADMISSIONS, ORDERINGS
 from chunklab.experiments.load import resolve_load

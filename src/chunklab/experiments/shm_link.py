@@ -1,10 +1,10 @@
 """The measured cluster's KV link, timed: seconds = bytes / bandwidth + latency, fit on transfers of
 1..2,048 tokens' KV blocks through shared memory, the way the measured cluster moves them
-(cluster/transport_shm.py): the sender's pool in a shared segment; a receiver process, on another
+(topology/transport_shm.py): the sender's pool in a shared segment; a receiver process, on another
 core, told the block ids over a multiprocessing queue, copies them out (read_blocks) and into its own
 pool (write_blocks), then stamps CLOCK_MONOTONIC (one clock for both processes). One transfer is the
 sender's stamp before it sends the ids -> the receiver's after its copies: the message hop, the read
-and the write. A measured cluster's transfer_s counts the same two copies (cluster/phases.py: its read
+and the write. A measured cluster's transfer_s counts the same two copies (topology/phases.py: its read
 when the ids come, its write when the decode instance admits the sequence), so the twins, which price
 each transfer with this fit, put the copies in the phase the measured runs do; what a measured
 transfer holds beyond the fit is said there.
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from chunklab.cluster.transport_shm import attach, read_blocks, share_pool, write_blocks
+from chunklab.topology.transport_shm import attach, read_blocks, share_pool, write_blocks
 from chunklab.config import ModelConfig
 from chunklab.model import kv_layout
 from chunklab.model.sizes import kv_bytes_per_token
@@ -103,7 +103,7 @@ def fit_link(rows: list[dict]) -> LinkFit:
 def link_preset(fit: LinkFit, conditions: str) -> str:
     """conf/link/shm.yaml's text: the fit, and the conditions it was measured under."""
     return (f"# Shared memory between two processes on this machine's cores: the measured cluster's KV link\n"
-            f"# (cluster/transport_shm.py). Written from timed transfers by experiments/shm_link.py (link_preset),\n"
+            f"# (topology/transport_shm.py). Written from timed transfers by experiments/shm_link.py (link_preset),\n"
             f"# not by hand; `dvc repro`'s cluster stage writes its own beside outputs/cluster/shm_link.csv.\n"
             f"# Conditions: {conditions}\n"
             f"name: shm\n"

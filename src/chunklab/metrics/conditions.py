@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 
 from chunklab.config import ModelConfig, RunConfig, WorkloadConfig, trace_length_scale
-from chunklab.engine.cost_models import cost_model_for
+from chunklab.cost_models import cost_model_for
 from chunklab.engine.malloc_policy import heap_policy
 from chunklab.model.sizes import num_parameters
 from chunklab.paths import project_dir

@@ -26,7 +26,7 @@ def cost_model_provenance(outputs: Path) -> list[str]:
         scored.append(f"{hw}: a whole layer off by a median {err['layer (sum)']['median_rel_error']:.1%} (p90 "
                       f"{err['layer (sum)']['p90_rel_error']:.1%}), the worst GEMM ({worst}) by "
                       f"{err[worst]['median_rel_error']:.1%}")
-    line = ("- Cost model: the roofline of each preset's spec sheet (engine/cost_models/roofline.py). Fit on their own "
+    line = ("- Cost model: the roofline of each preset's spec sheet (cost_models/roofline.py). Fit on their own "
             f"device: {', '.join(own['hardware']) or 'none'}: the GEMM and elementwise terms of each are fit on Vidur's "
             "measured Llama-2-7B operator times on that device; on held-out token counts " + "; ".join(scored) + ".")
     if len(borrowed):

@@ -12,7 +12,7 @@ import torch
 
 from chunklab import bench
 from chunklab.config import EngineConfig, ModelConfig
-from chunklab.engine.model_runner import linear_plan
+from chunklab.engine.executors.model_runner import linear_plan
 from chunklab.model.linear_library import linear_shapes
 
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from chunklab.calibration.fit import split
+from chunklab.cost_models.fits.profile import split
 from chunklab.calibration.machine import machine_profile_path, write_profile
 from chunklab.calibration.profile import HELD_OUT_REPLAYS, CalibrationSettings, calibrate
-from chunklab.engine.cost_models.linear import probe_only
-from chunklab.engine.step_shape import FEATURES
+from chunklab.cost_models.linear import probe_only
+from chunklab.cost_models.step_shape import FEATURES
 from chunklab.hydra_compose import compose_config
 from chunklab.stages.common import arguments, read_section, write_json
 from chunklab.stages.typed_yaml import Section

@@ -1,4 +1,4 @@
-"""Stage cost_models: the roofline cost model (engine/cost_models/roofline.py) fit where measurements exist.
+"""Stage cost_models: the roofline cost model (cost_models/roofline.py) fit where measurements exist.
 
 - Each GPU preset with published operator times of its own device (H100, A100; params
   cost_models.devices): the GEMM and elementwise efficiencies fit on Vidur's measured operator
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from chunklab.costs.cpu_fit import fit_cpu
-from chunklab.costs.vidur_fit import (DECODE_STEP_TOKENS, fit_vidur, read_operator_times, step_error,
+from chunklab.cost_models.fits.cpu import fit_cpu
+from chunklab.cost_models.fits.vidur import (DECODE_STEP_TOKENS, fit_vidur, read_operator_times, step_error,
                                       with_efficiency)
 from chunklab.hydra_compose import compose_config
 from chunklab.paths import project_dir

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from chunklab.engine.cost_models.linear import LinearCostModel, probe_only, read_profile
+from chunklab.cost_models.linear import LinearCostModel, probe_only, read_profile
 from chunklab.engine.step_log import FEATURE_PREFIX
-from chunklab.engine.step_shape import FEATURES
+from chunklab.cost_models.step_shape import FEATURES
 from chunklab.experiments.fidelity import drift_correlation, fidelity_table, step_error_table
 
 if TYPE_CHECKING:  # the fidelity stage's section, which imports this module: a type only, no import cycle at run time

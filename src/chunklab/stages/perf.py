@@ -13,7 +13,7 @@ import pandas as pd
 from chunklab import bench
 from chunklab.app import run_experiment
 from chunklab.config import EngineConfig
-from chunklab.engine.model_runner import torch_threads
+from chunklab.engine.executors.model_runner import torch_threads
 from chunklab.experiments.compose import compose_run_config
 from chunklab.metrics.conditions import conditions, conditions_line
 from chunklab.peers import compare, vllm_peer

@@ -14,7 +14,7 @@ ROUTERS: Registry[type["Router"]] = Registry("router.name")
 
 
 class Load(Protocol):
-    """What a router may read of an instance (cluster/instance.py: Instance)."""
+    """What a router may read of an instance (topology/instance.py: Instance)."""
     def outstanding_requests(self) -> int: ...
     def outstanding_tokens(self) -> int: ...
 

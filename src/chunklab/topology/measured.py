@@ -1,14 +1,14 @@
-"""A measured cluster: one process per instance (cluster/worker.py), each pinned to its own core with
+"""A measured cluster: one process per instance (topology/worker.py), each pinned to its own core with
 one torch thread, and this process as the coordinator: arrivals in real time, the routers, the
 hand-off of prefilled sequences to decode instances, and the record of where each request went.
 
 Reused from the simulated cluster: the topology (build_cluster, with stand-in engines here that
 only answer rejection_reason and hold the instances' step logs), the routers, Placement and the
 cluster summary. New: the clock (CLOCK_MONOTONIC, one axis for every process; 0 is the origin the
-coordinator sends with "start") and the transport (cluster/transport_shm.py).
+coordinator sends with "start") and the transport (topology/transport_shm.py).
 
 The routers read each instance's load from the coordinator's books (RemoteLoad): requests it holds
-(cluster/ledger.py), and tokens: what its last step reported plus the prompts sent since.
+(topology/ledger.py), and tokens: what its last step reported plus the prompts sent since.
 
 An instance process that dies ends the run within a poll (POLL_S) plus at most STOP_GRACE_S for the
 others to stop: its requests are recorded unfinished (lost with it), the others' too, and
@@ -30,12 +30,12 @@ import threading
 import time
 from collections import deque
 
-from chunklab.cluster.ledger import Ledger
-from chunklab.cluster.phases import Placement
-from chunklab.cluster.remote import (READY_TIMEOUT_S, STOP_GRACE_S, InstanceDied, RemoteLoad, WorkerSpec,
+from chunklab.topology.ledger import Ledger
+from chunklab.topology.phases import Placement
+from chunklab.topology.remote import (READY_TIMEOUT_S, STOP_GRACE_S, InstanceDied, RemoteLoad, WorkerSpec,
                                      segment_name, unlink_segment)
-from chunklab.cluster.simulated import ClusterRun
-from chunklab.cluster.topology import Cluster, build_cluster
+from chunklab.topology.simulated import ClusterRun
+from chunklab.topology.cluster import Cluster, build_cluster
 from chunklab.config import RunConfig
 from chunklab.engine.build import build_engine
 from chunklab.engine.clock import MonotonicClock
@@ -98,7 +98,7 @@ class MeasuredCluster:
 class _Coordinator:
     def __init__(self, mc: MeasuredCluster, on_done, should_stop):
         self.mc, self.cluster, self.on_done, self.should_stop = mc, mc.cluster, on_done, should_stop
-        from chunklab.cluster.worker import worker_main  # optional: torch, imported by the instances' processes
+        from chunklab.topology.worker import worker_main  # optional: torch, imported by the instances' processes
 
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked OpenMP/torch state
         self.outbox = ctx.Queue()

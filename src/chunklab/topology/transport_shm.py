@@ -39,7 +39,7 @@ def _views(shm: shared_memory.SharedMemory, handle: PoolHandle) -> tuple[torch.T
 def share_pool(kv: tuple[torch.Tensor, ...], block_size: int, shm_name: str | None = None):
     """A new segment (named shm_name; None: a name of Python's) holding a copy of the pool kv: (the
     segment, keep it open while the tensors live; the pool's tensors over it; the handle other processes
-    attach with). The caller unlinks it when done (a measured cluster: by name, cluster/remote.py)."""
+    attach with). The caller unlinks it when done (a measured cluster: by name, topology/remote.py)."""
     dtype = next(k for k, v in DTYPES.items() if v == kv[0].dtype)
     handle_shapes = tuple(tuple(t.shape) for t in kv)
     nbytes = sum(t.numel() * t.element_size() for t in kv)

@@ -11,10 +11,10 @@ model is one file here (plus, where a hardware preset uses it, that preset's YAM
 from __future__ import annotations
 
 from chunklab.config import EngineConfig, HardwareConfig, ModelConfig
-from chunklab.engine.cost_models.base import COST_MODELS, CostModel, Provenance
-from chunklab.engine.cost_models.linear import LinearCostModel
-from chunklab.engine.cost_models.roofline import RooflineCostModel
-from chunklab.engine.cost_models.scaled import ScaledCostModel
+from chunklab.cost_models.base import COST_MODELS, CostModel, Provenance
+from chunklab.cost_models.linear import LinearCostModel
+from chunklab.cost_models.roofline import RooflineCostModel
+from chunklab.cost_models.scaled import ScaledCostModel
 from chunklab.registry import import_package_modules
 
 import_package_modules(__name__, __path__)

@@ -1,5 +1,5 @@
 """Least outstanding requests: the instance holding the fewest unfinished requests (first on a tie)."""
-from chunklab.cluster.routers.base import Router, argmin
+from chunklab.topology.routers.base import Router, argmin
 
 
 class LeastOutstandingRequests(Router):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Protocol
 
 from chunklab.config import EngineConfig, HardwareConfig, ModelConfig
-from chunklab.engine.step_shape import StepShape
+from chunklab.cost_models.step_shape import StepShape
 from chunklab.registry import Registry
 
 

@@ -8,9 +8,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
-from chunklab.cluster.instance import Instance
-from chunklab.cluster.links import LinkModel
-from chunklab.cluster.routers import Router, make_router
+from chunklab.topology.instance import Instance
+from chunklab.topology.links import LinkModel
+from chunklab.topology.routers import Router, make_router
 from chunklab.config import EngineConfig, RunConfig, SchedulerConfig
 from chunklab.engine.engine import LLMEngine
 from chunklab.engine.sequence import Request

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from chunklab.engine.scheduler import StepPlan
 
 # Work features of one step, summed over its forward passes. Names carry what they count.
 FEATURES = (
@@ -40,8 +39,9 @@ class StepShape:
     mixed_batch: bool  # one forward for everything (else decodes, then one forward per chunk)
 
     @classmethod
-    def of(cls, plan: StepPlan, mixed_batch: bool) -> "StepShape":
-        """Read before the step runs: the sequences' counters still say what is cached."""
+    def of(cls, plan, mixed_batch: bool) -> "StepShape":
+        """The shape of a scheduler's StepPlan (engine/scheduler.py), read before the step runs: the
+        sequences' counters still say what is cached."""
         return cls(tuple([s.num_computed_tokens + 1 for s in plan.decodes]),  # a list first: faster than a generator
                    tuple([Segment(c.num_tokens, c.seq.num_computed_tokens, c.is_last) for c in plan.prefills]),
                    mixed_batch)

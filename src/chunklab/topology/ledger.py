@@ -1,4 +1,4 @@
-"""Who holds each request of a measured cluster, as the coordinator learns it (cluster/measured.py).
+"""Who holds each request of a measured cluster, as the coordinator learns it (topology/measured.py).
 
 Every offered request is in exactly one state at any time: pending (not arrived yet), held by one
 instance, or done (finished, rejected, or lost with a dead instance). Every move is checked: a

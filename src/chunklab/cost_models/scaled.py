@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
-from chunklab.engine.cost_models.base import CostModel, Provenance
-from chunklab.engine.step_shape import StepShape
+from chunklab.cost_models.base import CostModel, Provenance
+from chunklab.cost_models.step_shape import StepShape
 
 
 class ScaledCostModel:

@@ -1,4 +1,4 @@
-"""One instance of a measured cluster, in its own process (cluster/measured.py starts it): pinned to
+"""One instance of a measured cluster, in its own process (topology/measured.py starts it): pinned to
 one core, torch on one thread, its engine timed on the machine's one monotonic clock.
 
 Messages in (inbox), each a tuple:
@@ -29,9 +29,9 @@ import signal
 import sys
 import time
 
-from chunklab.cluster.instance import Instance
-from chunklab.cluster.transport_shm import attach, read_blocks, share_pool, write_blocks
-from chunklab.cluster.remote import WorkerSpec, unlink_segment
+from chunklab.topology.instance import Instance
+from chunklab.topology.transport_shm import attach, read_blocks, share_pool, write_blocks
+from chunklab.topology.remote import WorkerSpec, unlink_segment
 from chunklab.engine.build import build_engine, make_executor
 from chunklab.engine.clock import MonotonicClock
 

@@ -1,5 +1,5 @@
-"""What the coordinator of a measured cluster (cluster/measured.py) and its instances' processes
-(cluster/worker.py) share: how an instance is specified, how its load looks to the routers, and the
+"""What the coordinator of a measured cluster (topology/measured.py) and its instances' processes
+(topology/worker.py) share: how an instance is specified, how its load looks to the routers, and the
 error of an instance that died, how long each side waits for the other at the start and the stop,
 and the names of the prefill pools' shared-memory segments. Plain Python."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import secrets
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 
-from chunklab.cluster.ledger import Ledger
+from chunklab.topology.ledger import Ledger
 from chunklab.config import ChunklabError, EngineConfig, ModelConfig, SchedulerConfig
 
 READY_TIMEOUT_S = 300.0  # a worker builds its model (and, the first time, probes its GEMMs) before this
@@ -22,7 +22,7 @@ SEGMENT_PREFIX = "chunklab_"  # every prefill pool's segment name starts so (/de
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """What an instance's process is built from (cluster/worker.py)."""
+    """What an instance's process is built from (topology/worker.py)."""
     index: int
     role: str
     name: str

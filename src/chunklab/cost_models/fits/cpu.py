@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from chunklab.calibration.fit import fit_linear
+from chunklab.cost_models.fits.profile import fit_linear
 from chunklab.config import HardwareConfig, ModelConfig, RooflineEfficiency
-from chunklab.engine.cost_models.roofline import RooflineCostModel
-from chunklab.engine.step_shape import FEATURES
+from chunklab.cost_models.roofline import RooflineCostModel
+from chunklab.cost_models.step_shape import FEATURES
 
 UNIT_DEVICE = HardwareConfig(name="cpu (unit device)", cost_model="roofline", peak_dense_tflops={"float32": 1.0},
                              memory_bandwidth_gb_per_s=1000.0)

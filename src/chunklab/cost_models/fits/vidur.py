@@ -3,7 +3,7 @@ operator times of Llama-2-7B on that device (data/profiles/vidur/, MIT; tensor-p
 One function for every device: `fit_vidur(model, hardware, path)` with the device's preset and its
 operator times (H100 and A100 today; the same model on each, so two fits differ only by device).
 
-Each operator is priced with engine/cost_models/roofline.py's own formulas (gemm_s, elementwise_s) for the
+Each operator is priced with cost_models/roofline.py's own formulas (gemm_s, elementwise_s) for the
 composed model and hardware presets; the efficiencies are fit by least squares on log(predicted /
 measured) over part of the token counts, and scored on the rest (every third count, held out):
 the GEMMs per operator; the elementwise kernels on their sum per layer (what a step pays; one
@@ -20,7 +20,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from chunklab.config import HardwareConfig, ModelConfig
-from chunklab.engine.cost_models.roofline import elementwise_s, gemm_s, layer_elementwise, layer_gemms
+from chunklab.cost_models.roofline import elementwise_s, gemm_s, layer_elementwise, layer_gemms
 from chunklab.model.sizes import DTYPE_BYTES
 
 VIDUR_DIR = Path("data/profiles/vidur")  # <device>_llama-2-7b-hf_mlp.csv, vendored unchanged

@@ -1,5 +1,5 @@
 """Round robin: each request to the next instance in turn, whatever their load."""
-from chunklab.cluster.routers.base import Router
+from chunklab.topology.routers.base import Router
 
 
 class RoundRobin(Router):

@@ -10,7 +10,7 @@ One forward pass a step (engine.mixed_batch=true, as vLLM and Sarathi-Serve batc
   attention      prefill: 4 heads head_dim query-key pairs / (peak attention_prefill) a layer;
                  decode rows and chunks after a cached prefix: K/V bytes read / (bw attention_decode_bandwidth)
   per step       step_overhead_s
-Plain Python, no torch. The formulas are shared with the fits (chunklab/costs/) that set the
+Plain Python, no torch. The formulas are shared with the fits (chunklab/cost_models/fits/) that set the
 efficiencies from measurements, so what is fit is what predicts.
 """
 from __future__ import annotations
@@ -20,8 +20,8 @@ import json
 from dataclasses import asdict, dataclass
 
 from chunklab.config import ConfigError, EngineConfig, HardwareConfig, ModelConfig, RooflineEfficiency
-from chunklab.engine.cost_models.base import COST_MODELS, Provenance
-from chunklab.engine.step_shape import FEATURES, StepShape
+from chunklab.cost_models.base import COST_MODELS, Provenance
+from chunklab.cost_models.step_shape import FEATURES, StepShape
 from chunklab.model.sizes import DTYPE_BYTES, kv_bytes_per_token
 
 _TOKENS, _SAMPLED, _CAUSAL, _CACHED_PAIRS, _DECODE_CTX, _CACHED_CTX = (

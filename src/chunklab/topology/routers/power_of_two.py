@@ -2,7 +2,7 @@
 the one with fewer outstanding requests takes the request (the first drawn on a tie)."""
 import random
 
-from chunklab.cluster.routers.base import Router
+from chunklab.topology.routers.base import Router
 
 
 class PowerOfTwo(Router):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import nnls
 
-from chunklab.engine.step_shape import StepShape
+from chunklab.cost_models.step_shape import StepShape
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Least outstanding tokens: the instance with the fewest prefill tokens still to compute plus KV
 tokens in use, as NVIDIA Dynamo's KV router prices a worker (first on a tie)."""
-from chunklab.cluster.routers.base import Router, argmin
+from chunklab.topology.routers.base import Router, argmin
 
 
 class LeastOutstandingTokens(Router):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from chunklab.cluster.phases import PHASES, Placement, phase_seconds
-from chunklab.cluster.topology import Cluster
+from chunklab.topology.phases import PHASES, Placement, phase_seconds
+from chunklab.topology.cluster import Cluster
 from chunklab.engine.replay import ReplayResult
 from chunklab.metrics.summary import distribution
 

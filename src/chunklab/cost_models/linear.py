@@ -14,8 +14,8 @@ import json
 from operator import mul
 from pathlib import Path
 from chunklab.config import ConfigError, EngineConfig, HardwareConfig, ModelConfig
-from chunklab.engine.cost_models.base import COST_MODELS, Provenance
-from chunklab.engine.step_shape import FEATURES, StepShape
+from chunklab.cost_models.base import COST_MODELS, Provenance
+from chunklab.cost_models.step_shape import FEATURES, StepShape
 from chunklab.paths import in_project
 
 PROFILE_FORMAT = 2  # 2: fingerprinted, fit on probe shapes and serving replays

@@ -17,8 +17,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from chunklab.cluster.phases import Placement
-from chunklab.cluster.topology import Cluster
+from chunklab.topology.phases import Placement
+from chunklab.topology.cluster import Cluster
 from chunklab.engine.replay import ReplayResult
 from chunklab.engine.sequence import Request, Sequence
 from chunklab.engine.step_log import StepLog
