@@ -61,9 +61,9 @@ def run_as_written(command: str, tmp: Path, env: dict) -> subprocess.CompletedPr
     return out
 
 
-def env_with(tmp: Path, profiles: Path) -> dict:
+def env_with(tmp: Path, profiles: Path, store: Path) -> dict:
     env = dict(os.environ, CHUNKLAB_PROFILE_CACHE=str(profiles), CHUNKLAB_CALIBRATION="smoke",
-               CHUNKLAB_CAPACITY_REQUESTS="60", MLFLOW_TRACKING_URI=f"sqlite:///{tmp}/mlflow.db")
+               CHUNKLAB_CAPACITY_REQUESTS="60", MLFLOW_TRACKING_URI=f"sqlite:///{store}/mlflow.db")
     env.pop("CHUNKLAB_PROJECT_DIR", None)
     return env
 
@@ -76,9 +76,15 @@ def test_the_readme_lists_the_commands_this_test_runs():
         ["engine=simulated", f"workload.num_requests={NUM_REQUESTS}", "-m"]
 
 
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    """One MLflow store for the module's runs (a fresh store's schema takes seconds to create)."""
+    return tmp_path_factory.mktemp("mlflow")
+
+
 @pytest.mark.parametrize("command", [c for c in readme_commands() if not measured(c)])
-def test_a_simulated_readme_command_runs_as_written(command, tmp_path):
-    run_as_written(command, tmp_path, env_with(tmp_path, Path(os.environ["CHUNKLAB_PROFILE_CACHE"])))
+def test_a_simulated_readme_command_runs_as_written(command, tmp_path, store):
+    run_as_written(command, tmp_path, env_with(tmp_path, Path(os.environ["CHUNKLAB_PROFILE_CACHE"]), store))
 
 
 def test_workload_load_on_a_measured_config_resolves_the_profile_first(tmp_path, monkeypatch, capfd):
@@ -95,7 +101,7 @@ def test_workload_load_on_a_measured_config_resolves_the_profile_first(tmp_path,
 
 @pytest.mark.slow
 def test_every_readme_command_runs_as_written_on_a_machine_with_no_profile(tmp_path):
-    env = env_with(tmp_path, tmp_path / "profiles")
+    env = env_with(tmp_path, tmp_path / "profiles", tmp_path)
     calibrations = 0
     for command in readme_commands():
         calibrations += run_as_written(command, tmp_path, env).stderr.count("calibrating it now")

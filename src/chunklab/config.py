@@ -50,7 +50,7 @@ class ModelConfig(TinyGPTConfig):
 
 @dataclass(frozen=True)
 class EngineConfig:
-    executor: str = "torch"  # torch: real forward passes | simulated: the cost model predicts each step
+    executor: str = "torch"  # an executor's name (engine/build.py, EXECUTORS): torch (real forward passes), simulated
     # Calibrated step-cost profile: simulates a run, guards a real one against machine noise and
     # sets workload.load's capacity. auto: this machine's (calibration/machine.py), calibrated on
     # first use; a relative path is taken from the project directory (chunklab.paths).
@@ -78,8 +78,8 @@ class EngineConfig:
 @dataclass(frozen=True)
 class SchedulerConfig:
     budget: int = 512  # tokens per step
-    ordering: str = "decode_first"  # an ordering policy's name (engine/policies/): decode_first | prefill_first
-    admission: str = "fcfs"  # an admission policy's name (engine/policies/): fcfs | shortest_prompt_first
+    ordering: str = "decode_first"  # an ordering policy's name (engine/policies/, ORDERINGS)
+    admission: str = "fcfs"  # an admission policy's name (engine/policies/, ADMISSIONS)
     max_num_seqs: int = 8  # running sequences at most
     max_partial_prefills: int = 1  # prefills in flight across steps at once
     long_prefill_threshold: int = 0  # cap on one prefill's chunk per step; 0 = off
@@ -159,7 +159,7 @@ class HardwareConfig:
     cpu: this machine, measured, or predicted by a calibrated profile (engine.profile).
     A GPU preset: the vendor's spec sheet, priced by the roofline cost model (simulated runs)."""
     name: str = "cpu"
-    cost_model: str = "profile"  # cost_models/: profile (engine.profile, linear) | roofline (work / specs)
+    cost_model: str = "profile"  # a cost model's name (cost_models/, COST_MODELS): profile (engine.profile), roofline (specs)
     description: str = "this machine's CPU"
     spec_source: str = ""  # where the figures below come from
     peak_dense_tflops: dict[str, float] = field(default_factory=dict)  # per model dtype, no sparsity
@@ -182,7 +182,7 @@ class TopologyConfig:
     single: one engine (every run before clusters); replicas: `replicas` colocated engines behind the
     router; disaggregated: `prefill` engines run prompts and produce the first token, the KV moves over
     the link to one of `decode` engines, which generate the rest."""
-    name: str = "single"  # single | replicas | disaggregated
+    name: str = "single"  # a topology's name (topology/cluster.py, TOPOLOGIES)
     replicas: int = 1  # replicas: engines, each with its own scheduler, block manager and executor
     prefill: int = 1  # disaggregated: prefill instances
     decode: int = 1  # disaggregated: decode instances
@@ -193,7 +193,7 @@ class TopologyConfig:
 @dataclass(frozen=True)
 class RouterConfig:
     """Which instance an arriving request goes to (conf/router/, topology/routers/: one class per file)."""
-    name: str = "round_robin"  # a router's name: round_robin | least_outstanding_requests | least_outstanding_tokens | power_of_two
+    name: str = "round_robin"  # a router's name (topology/routers/, ROUTERS)
     decode: str = ""  # disaggregated: the router that picks the decode instance; "": the same as name
     seed: int = 0  # power_of_two's draws
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -12,8 +11,6 @@ from chunklab.engine.step_log import FEATURE_PREFIX
 from chunklab.cost_models.step_shape import FEATURES
 from chunklab.experiments.fidelity import drift_correlation, fidelity_table, step_error_table
 
-if TYPE_CHECKING:  # the fidelity stage's section, which imports this module: a type only, no import cycle at run time
-    from chunklab.stages.fidelity import FidelityParams
 
 SENTINEL = "sentinel-scaled"
 # simulation name -> the measured runs' column that scales its step times, repeat by repeat
@@ -78,7 +75,7 @@ def floor_table(paired: pd.DataFrame, floor: pd.DataFrame) -> str:
     return wide.reset_index().to_markdown(index=False, floatfmt=".3f")
 
 
-def markdown(p: FidelityParams, paired: dict, floor: pd.DataFrame, tables: dict, step_err: pd.DataFrame,
+def markdown(p: "fidelity.FidelityParams", paired: dict, floor: pd.DataFrame, tables: dict, step_err: pd.DataFrame,
              drift: pd.DataFrame, lines: dict) -> str:
     after, before, scaled = paired["probe + serving"], paired["probe only"], paired[SENTINEL]
     pb = after.merge(before, on=["point", "metric"], suffixes=("", " (probe only)"))

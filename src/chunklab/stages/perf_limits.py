@@ -8,15 +8,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import TYPE_CHECKING
 
 from chunklab import bench
 from chunklab.peers import compare
 from chunklab.stages.common import Progress
 from chunklab.stages.perf_process import peak_rss_mb
 
-if TYPE_CHECKING:  # the perf stage's section, which imports this module: a type only, no import cycle at run time
-    from chunklab.stages.perf import PerfParams
 
 
 # before / after issue 19, the same two engines the vLLM comparison runs (peers/compare.py): every
@@ -47,7 +44,7 @@ def by_path(measure) -> dict[str, float]:
     return {name: statistics.median(x) for name, x in alternated(measure).items()}
 
 
-def prefill(m, p: PerfParams) -> list[dict]:
+def prefill(m, p: "perf.PerfParams") -> list[dict]:
     """Rounds of: the machine's fp32 GEMM peak per library (bench.gemm_peaks), then each path's 1 x n one
     pass and n/chunk x chunk (seconds; paths alternated, the two splits' order flipped every round).
 
@@ -93,7 +90,7 @@ def fused_build_s() -> float:
 LIMIT_PARTS = 5  # progress parts of limits() without the build
 
 
-def limits(p: PerfParams, cfg, progress: Progress) -> list[dict]:
+def limits(p: "perf.PerfParams", cfg, progress: Progress) -> list[dict]:
     """The engine against this machine's limits; LIMIT_PARTS (+1 with p.time_build) progress parts."""
     m = cfg.model
     n, chunk, ctx = p.prompt_tokens, p.chunk_tokens, p.decode_context
