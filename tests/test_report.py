@@ -4,7 +4,7 @@ import json
 
 import pandas as pd
 
-from chunklab.report.claims import FAILS, HOLDS, NA, NOISE, budget_verdicts, decide, split_verdicts
+from chunklab.report.claims import FAILS, HOLDS, NA, NOISE, budget_verdicts, decide, split_verdicts, where_key
 from chunklab.report.claim_text import chapter_metrics, claim_findings
 from chunklab.report.writeup import other_machine, repro_cpu
 
@@ -116,17 +116,23 @@ def test_the_verdicts_are_dvc_metrics(tmp_path):
     (tmp_path / "capacity").mkdir()
     (tmp_path / "capacity" / "measured_vs_simulated.csv").write_text("budget,measured_req_per_s\n512,16.0\n")
     metrics = chapter_metrics(runs, split, tmp_path)
-    [stall] = [v for k, v in metrics.items() if k.startswith("verdict: the worst stall shrinks")]
-    assert stall == -1 and metrics["prefill split: paged 24 x 64 over one pass"] == 1.25
-    assert metrics["chapter's rate over measured capacity"] == 0.5
-    assert not any(k.startswith("production") for k in metrics)  # no production stage output: none claimed
+    chapter = metrics["chapter"]  # nested: `dvc metrics show` prints chapter.verdict.worst_stall.rate_8
+    assert chapter["verdict"]["worst_stall"] == {"rate_8": -1} and chapter["verdict"]["split_faster"] == {"paged": -1}
+    assert chapter["prefill_split"]["paged_24x64_over_1x1536"] == 1.25
+    assert chapter["capacity"] == {"measured_b512_req_per_s": 16.0, "chapter_rate_share": 0.5}
+    assert "production" not in metrics  # no production stage output: none claimed
     (tmp_path / "simulated" / "production").mkdir(parents=True)
     (tmp_path / "simulated" / "production" / "chunking_gain.csv").write_text(
         "model,hardware,workload,load,best_budget,gain_vs_unchunked\n"
         "llama3_8b,h100,azure_conv,0.5,2048,1.2\nllama3_8b,h100,azure_conv,1.0,1024,3.39682\n")
-    production = {k: v for k, v in chapter_metrics(runs, split, tmp_path).items() if k.startswith("production")}
-    assert production == {"production (simulated): llama3_8b on h100, azure_conv, load 1: budget 1024 goodput "
-                          "over unchunked": 3.3968}
+    production = chapter_metrics(runs, split, tmp_path)["production"]
+    assert production == {"llama3_8b_h100": {"azure_conv": {"best_budget": 1024, "gain_vs_unchunked": 3.3968}}}
+
+
+def test_metric_keys_are_short_names_of_the_load():
+    assert where_key("load 0.85 of the measured capacity (10.70 req/s)") == "load_0_85"
+    assert where_key("8 req/s (the chapter's rate, 0.64 of the measured capacity)") == "rate_8"
+    assert where_key("load 1.2") == "load_1_2"
 
 
 # -- the production section's cost model line (report/production.py)

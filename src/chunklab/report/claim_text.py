@@ -59,21 +59,27 @@ def all_verdicts(runs: pd.DataFrame, split: pd.DataFrame, outputs: Path) -> pd.D
 
 
 def chapter_metrics(runs: pd.DataFrame, split: pd.DataFrame, outputs: Path) -> dict:
-    """The chapter's headline numbers for `dvc metrics show`: each decided verdict as 1 (holds), 0 (within
-    noise) or -1 (does not hold), the paged prefill's 24 x 64 over one pass, and this machine's measured
-    capacity with the chapter's rate as a share of it, and the production-scale answer (simulated)."""
-    out: dict[str, float] = {}
+    """The headline numbers for `dvc metrics show`, nested so that DVC prints short dotted keys
+    (REPORT.md has the words):
+    - chapter.verdict.<claim>.<where>: each decided verdict as 1 (holds), 0 (within noise) or -1 (does
+      not hold), where = rate_8 (the chapter's rate), load_0_85 (of the measured capacity), or the
+      attention path of the prefill split (chapter.verdict.split_faster.paged);
+    - chapter.prefill_split.paged_24x64_over_1x1536, chapter.capacity.measured_b512_req_per_s and
+      chapter.capacity.chapter_rate_share (the chapter's 8 req/s over it);
+    - production.* and disagg.*: the simulated sections' answers (report/production.py, disagg_text.py)."""
+    chapter: dict[str, dict] = {"verdict": {}}
     for v in all_verdicts(runs, split, outputs).itertuples():
         if v.verdict in SCORE:
-            out[f"verdict: {v.claim} ({v.load})"] = SCORE[v.verdict]
+            claim, where = v.key.split(".", 1)
+            chapter["verdict"].setdefault(claim, {})[where] = SCORE[v.verdict]
     ms = {(r.attention, r.passes): r.median_ms for r in split.itertuples()}
     if ("paged", 1) in ms and ("paged", 24) in ms:
-        out["prefill split: paged 24 x 64 over one pass"] = round(ms[("paged", 24)] / ms[("paged", 1)], 4)
+        chapter["prefill_split"] = {"paged_24x64_over_1x1536": round(ms[("paged", 24)] / ms[("paged", 1)], 4)}
     capacity = measured_capacity(outputs)
     if capacity:
-        out["measured capacity at budget 512 (req/s)"] = capacity
-        out["chapter's rate over measured capacity"] = round(float(runs["rate_per_s"].iloc[0]) / capacity, 4)
-    return out | production_metrics(outputs) | disagg_metrics(outputs)
+        chapter["capacity"] = {"measured_b512_req_per_s": capacity,
+                               "chapter_rate_share": round(float(runs["rate_per_s"].iloc[0]) / capacity, 4)}
+    return {"chapter": chapter} | production_metrics(outputs) | disagg_metrics(outputs)
 
 
 def claim_findings(runs: pd.DataFrame, split: pd.DataFrame, outputs: Path) -> list[str]:

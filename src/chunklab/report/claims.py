@@ -30,6 +30,7 @@ MIN_EFFECT = 0.02  # the smallest relative difference of medians read as an effe
 
 @dataclass(frozen=True)
 class Claim:
+    key: str  # its name in `dvc metrics show` (chapter.verdict.<key>.<where>)
     text: str
     metric: str  # a column of the runs table
     smaller_budget: str  # "higher" or "lower": how the metric moves when the budget shrinks
@@ -37,12 +38,20 @@ class Claim:
 
 
 BUDGET_CLAIMS = (
-    Claim("the worst stall shrinks", "worst_stall_s", "lower", "ms"),
-    Claim("typical ITL (per-gap p50) rises", "itl_p50_s", "higher", "ms"),
-    Claim("the chunked (long-prompt) request's own TTFT p50 grows", "class_long_ttft_p50_s", "higher", "s"),
-    Claim("goodput falls", "goodput_req_per_s", "lower", "req/s"),
+    Claim("worst_stall", "the worst stall shrinks", "worst_stall_s", "lower", "ms"),
+    Claim("typical_itl", "typical ITL (per-gap p50) rises", "itl_p50_s", "higher", "ms"),
+    Claim("chunked_ttft", "the chunked (long-prompt) request's own TTFT p50 grows", "class_long_ttft_p50_s", "higher", "s"),
+    Claim("goodput", "goodput falls", "goodput_req_per_s", "lower", "req/s"),
 )
 SPLIT_CLAIM = "splitting a 1536-token prefill into 24 x 64 is faster than one pass"
+SPLIT_KEY = "split_faster"
+
+
+def where_key(label: str) -> str:
+    """A load label as a metric key: 'load 0.85 of ...' -> load_0_85, '8 req/s ...' -> rate_8."""
+    words = label.split()
+    number = words[1] if words[0] == "load" else words[0]
+    return f"{'load' if words[0] == 'load' else 'rate'}_{number.replace('.', '_')}"
 
 
 def _fmt(value: float, unit: str) -> str:
@@ -87,15 +96,16 @@ def budget_verdicts(runs: pd.DataFrame) -> pd.DataFrame:
         budgets = sorted(at_load["budget"].unique())
         for claim in BUDGET_CLAIMS:
             if len(budgets) < 2 or claim.metric not in at_load:
-                rows.append({"load": load, "claim": claim.text, "verdict": NA, "evidence": "one budget measured"})
+                rows.append({"load": load, "claim": claim.text, "verdict": NA, "evidence": "one budget measured",
+                             "key": f"{claim.key}.{where_key(load)}"})
                 continue
             lo, hi = budgets[0], budgets[-1]
             small = at_load.loc[at_load["budget"] == lo, claim.metric]
             large = at_load.loc[at_load["budget"] == hi, claim.metric]
             rows.append({"load": load, "claim": claim.text, "verdict": decide(small, large, claim.smaller_budget),
                          "evidence": f"budget {lo}: {_range(small, claim.unit)}; budget {hi}: "
-                                     f"{_range(large, claim.unit)}"})
-    return pd.DataFrame(rows, columns=["load", "claim", "verdict", "evidence"])
+                                     f"{_range(large, claim.unit)}", "key": f"{claim.key}.{where_key(load)}"})
+    return pd.DataFrame(rows, columns=["load", "claim", "verdict", "evidence", "key"])
 
 
 def split_verdicts(split: pd.DataFrame) -> pd.DataFrame:
@@ -114,8 +124,8 @@ def split_verdicts(split: pd.DataFrame) -> pd.DataFrame:
                      "verdict": verdict,
                      "evidence": f"24 x 64: {m['median_ms']:.1f} ms [{m['min_ms']:.1f}-{m['max_ms']:.1f}]; one pass: "
                                  f"{o['median_ms']:.1f} ms [{o['min_ms']:.1f}-{o['max_ms']:.1f}] "
-                                 f"({m['median_ms'] / o['median_ms']:.2f}x)"})
-    return pd.DataFrame(rows, columns=["load", "attention", "claim", "verdict", "evidence"])
+                                 f"({m['median_ms'] / o['median_ms']:.2f}x)", "key": f"{SPLIT_KEY}.{attention}"})
+    return pd.DataFrame(rows, columns=["load", "attention", "claim", "verdict", "evidence", "key"])
 
 
 def verdict_table(verdicts: pd.DataFrame) -> str:

@@ -125,12 +125,13 @@ def disagg_section(outputs: Path) -> list[str]:
             *maps]
 
 
-def disagg_metrics(outputs: Path) -> dict[str, float]:
-    """Each verdict as 1 (agrees), 0 (within margin) or -1 (disagrees), for `dvc metrics show`."""
+def disagg_metrics(outputs: Path) -> dict[str, dict]:
+    """Each verdict as 1 (agrees), 0 (within margin) or -1 (disagrees), for `dvc metrics show`:
+    disagg.<statement key> (report/disagg.py: STATEMENTS)."""
     loaded = load(outputs)
     if loaded is None:
         return {}
     winners, cells, capacity, c = loaded
-    return {f"disagg (simulated): {r.source}: {r.statement}": SCORE[r.verdict]
-            for r in verdicts(winners, cells, capacity, c["tie_margin"], c["verdict_loads"],
-                              c["throughput_load"], c["min_colocated_share"]).itertuples()}
+    return {"disagg": {r.key: SCORE[r.verdict]
+                       for r in verdicts(winners, cells, capacity, c["tie_margin"], c["verdict_loads"],
+                                         c["throughput_load"], c["min_colocated_share"]).itertuples()}}

@@ -48,16 +48,19 @@ def cost_model_provenance(outputs: Path) -> list[str]:
             "a plausible device, not as a GPU benchmark."]
 
 
-def production_metrics(outputs: Path, load: float = 1.0) -> dict[str, float]:
-    """The chapter's question at production scale for `dvc metrics show` (SIMULATED): at load 1.0 of each
-    point's capacity, the best budget's goodput over the unchunked budget's, per model, GPU and workload."""
+def production_metrics(outputs: Path, load: float = 1.0) -> dict[str, dict]:
+    """The chapter's question at production scale for `dvc metrics show` (SIMULATED), at load 1.0 of each
+    point's capacity: production.<model>_<gpu>.<workload>.best_budget and .gain_vs_unchunked (the best
+    budget's goodput over the unchunked budget's)."""
     path = outputs / "simulated" / "production" / "chunking_gain.csv"
     if not path.is_file():
         return {}
     gain = pd.read_csv(path)
-    return {f"production (simulated): {r.model} on {r.hardware}, {r.workload}, load {r.load:g}: budget "
-            f"{r.best_budget} goodput over unchunked": round(float(r.gain_vs_unchunked), 4)
-            for r in gain[gain["load"] == load].itertuples()}
+    out: dict[str, dict] = {}
+    for r in gain[gain["load"] == load].itertuples():
+        out.setdefault(f"{r.model}_{r.hardware}", {})[r.workload] = {
+            "best_budget": int(r.best_budget), "gain_vs_unchunked": round(float(r.gain_vs_unchunked), 4)}
+    return {"production": out} if out else {}
 
 
 def production_findings(outputs: Path) -> list[str]:
