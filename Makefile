@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup run test test-pipeline test-cluster test-all deps bench peers repro clean
+.PHONY: setup run test test-pipeline test-slurm test-all deps bench peers repro clean
 setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -21,8 +21,8 @@ test: setup           ## the default suite (< 5 min on 2 cores), two workers: no
 test-pipeline: setup  ## a smoke `dvc repro` of every stage on tiny params in a temporary clone (~3 min)
 	$(PY) -m pytest -m pipeline
 
-test-cluster: setup   ## the cluster path against a live single-node SLURM on 127.0.0.1 (installs slurm-wlm as root)
-	$(PY) -m pytest -m cluster -s
+test-slurm: setup     ## sweeps through a live single-node SLURM on 127.0.0.1 (installs slurm-wlm as root)
+	$(PY) -m pytest -m slurm -s
 
 test-all: setup       ## including tests marked slow, pipeline and cluster
 	$(PY) -m pytest -m ""

@@ -1,7 +1,7 @@
 """The cluster path, live: a single-node SLURM and an MLflow server on 127.0.0.1 (scripts/slurm_local.sh),
 a real-engine sweep through hydra/launcher=slurm, a simulated one through slurm_sim, and scancel.
 
-Marked `cluster` (`make test-cluster`; .ci/run runs it): it installs slurm-wlm with apt-get where it is
+Marked `slurm` (`make test-slurm`; .ci/run runs it): it installs slurm-wlm with apt-get where it is
 missing and the user is root, and skips with a one-line reason where it cannot run."""
 import json
 import os
@@ -14,7 +14,7 @@ import pytest
 from helpers import mlflow_server
 from test_cli import ROOT
 
-pytestmark = pytest.mark.cluster
+pytestmark = pytest.mark.slurm
 MICRO = ["model=micro", "workload.classes.0.min_tokens=300", "workload.classes.0.max_tokens=300",
          "workload.min_output_tokens=8", "workload.max_output_tokens=16", "tracking.progress=false"]
 
