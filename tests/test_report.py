@@ -1,6 +1,7 @@
 """REPORT.md's writeup: a measured table from another machine never sits silently beside this one's, and
 the chapter's claims get the verdict the measured table decides."""
 import json
+from pathlib import Path
 
 import pandas as pd
 
@@ -173,3 +174,40 @@ def test_a_metric_column_reads_as_an_axis_label_with_its_unit():
     assert metric_label("itl_p99_s") == "ITL p99, per gap (s)"
     assert metric_label("goodput_req_per_s") == "goodput (req/s)"
     assert metric_label("slo_attainment") == "slo attainment"
+
+
+# -- readable tables (report/tables.py)
+
+def test_a_wide_table_is_split_into_parts_of_at_most_8_columns_and_the_csv_keeps_every_column(tmp_path):
+    from chunklab.report.tables import MAX_COLUMNS, write
+
+    table = pd.DataFrame({"Configuration": ["Budget 64", "Budget 8192"], "Repeats": [2, 2],
+                          **{f"metric {i}": [f"{i}.0", f"{i}.5"] for i in range(9)},
+                          "In SLO": ["100%", "100%"], "Slowdown": ["n/a", "n/a"]})
+    md = write(table, tmp_path / "tables" / "wide", "A wide table", ["A note."])
+    parts = [block for block in md.split("\n\n") if block.startswith("| Configuration")]
+    headers = [[c.strip() for c in part.splitlines()[0].strip("|").split("|")] for part in parts]
+    assert len(parts) == 2 and all(len(h) <= MAX_COLUMNS and h[:2] == ["Configuration", "Repeats"] for h in headers)
+    assert [c for h in headers for c in h[2:]] == [f"metric {i}" for i in range(9)]  # every varying column, once
+    assert "The same in every row: In SLO 100%." in md and "n/a in every row): Slowdown." in md
+    assert "[tables/wide.csv](tables/wide.csv)" in md and md.index("A note.") < md.index("tables/wide.csv")
+    assert list(pd.read_csv(tmp_path / "tables" / "wide.csv").columns) == list(table.columns)
+
+
+def test_a_narrow_table_stays_one_table_without_a_link(tmp_path):
+    from chunklab.report.tables import write
+
+    md = write(pd.DataFrame({"Passes": [1, 24], "Total time (ms)": ["134.1", "172.9"]}), tmp_path / "t", "Narrow", [])
+    assert md.count("Passes |") == 1 and "Every column" not in md
+
+
+def test_the_committed_report_has_one_title_and_no_heading_deeper_than_its_section_allows():
+    """REPORT.md's headings in order: one H1, then sections; a stage's table never opens with an H1 or H2
+    inside a section, and no heading is empty."""
+    import re
+
+    report = (Path(__file__).resolve().parents[1] / "outputs" / "REPORT.md").read_text()
+    levels = [(len(m.group(1)), m.group(2)) for m in re.finditer(r"^(#+)(.*)$", report, flags=re.M)]
+    assert levels[0][0] == 1 and all(level > 1 for level, _ in levels[1:])
+    assert all(text.strip() for _, text in levels)
+    assert all(b - a <= 1 for (a, _), (b, _) in zip(levels, levels[1:]))  # never skips a level going down

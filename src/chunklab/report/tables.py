@@ -1,4 +1,8 @@
-"""The chapter's two tables, reproduced, with ours beside them. Markdown and CSV."""
+"""The chapter's two tables, reproduced, with ours beside them. Markdown and CSV.
+
+The CSV beside each table holds every column; its markdown is for reading: at most MAX_COLUMNS
+columns a table (a wide one is split, each part repeating the columns that name the row), and a
+column that is n/a, or the same, in every row is said once in a line under it instead."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -71,9 +75,38 @@ def prefill_split_table(split: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+MAX_COLUMNS = 8
+ID_COLUMNS = ("Configuration", "Arrivals", "Repeats", "Seeds", "Passes", "Tokens per pass")  # name a row
+
+
+def readable(table: pd.DataFrame) -> tuple[list[pd.DataFrame], list[str]]:
+    """The table as parts of at most MAX_COLUMNS columns, and the lines that say what was left out of them:
+    the columns n/a in every row, and those with one value in every row (with that value)."""
+    ids = [c for c in table.columns if c in ID_COLUMNS]
+    values = [c for c in table.columns if c not in ID_COLUMNS]
+    missing = [c for c in values if (table[c].astype(str) == "n/a").all()]
+    same = [c for c in values if c not in missing and len(table) > 1 and table[c].astype(str).nunique() == 1]
+    shown = [c for c in values if c not in missing and c not in same]
+    width = MAX_COLUMNS - len(ids)
+    parts = [table[ids + shown[i:i + width]] for i in range(0, len(shown), width)] or [table[ids]]
+    lines = []
+    if same:
+        lines.append("The same in every row: " + "; ".join(f"{c} {table[c].iloc[0]}" for c in same) + ".")
+    if missing:
+        lines.append("Not measured in these runs (n/a in every row): " + ", ".join(missing) + ".")
+    return parts, lines
+
+
 def write(table: pd.DataFrame, path: Path, title: str, notes: list[str]) -> str:
+    """path.csv: every column; path.md: the title, the readable parts, what they leave out, the notes and
+    a link to the CSV (relative to outputs/, where REPORT.md quotes it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(path.with_suffix(".csv"), index=False)
-    md = f"### {title}\n\n{table.to_markdown(index=False)}\n\n" + "\n\n".join(notes) + "\n"
+    csv = path.with_suffix(".csv")
+    table.to_csv(csv, index=False)
+    parts, left_out = readable(table)
+    link = f"Every column: [{path.parent.name}/{csv.name}]({path.parent.name}/{csv.name})." if len(parts) > 1 or left_out \
+        else ""
+    md = (f"### {title}\n\n" + "\n\n".join(part.to_markdown(index=False) for part in parts) + "\n\n"
+          + "\n\n".join([*left_out, *notes, *([link] if link else [])]) + "\n")
     path.with_suffix(".md").write_text(md)
     return md

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -185,8 +186,8 @@ def other_machine(table_md: str, cpu_model: str, simulated: bool = False) -> lis
 def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) -> str:
     cpu_model = repro_cpu(outputs)
 
-    def t(name: str) -> str:
-        return (outputs / "tables" / f"{name}.md").read_text()
+    def t(name: str) -> str:  # a stage's table, its headings under the report's sections (### and below)
+        return re.sub(r"^#{1,2} ", "### ", (outputs / "tables" / f"{name}.md").read_text(), flags=re.M)
 
     def m(name: str) -> list[str]:  # a measured table, and a line beside it if another machine measured it
         md = t(name)
