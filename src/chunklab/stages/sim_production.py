@@ -170,7 +170,7 @@ def chapter_table(cells: pd.DataFrame, load: float) -> str:
                                 "itl_p99_s": "ITL p99 (s)", "worst_stall_s": "worst stall (s)",
                                 "goodput_req_per_s": "goodput (req/s)", "slo_attainment": "in SLO",
                                 "prefill_step_share": "steps with a prefill"})
-    return view.to_markdown(index=False, floatfmt=".3f")
+    return view.to_markdown(index=False, floatfmt=(".0f",) + (".3f",) * (view.shape[1] - 1))  # budgets as integers
 
 
 def run(p: SimProductionParams, out_dir: Path, table_path: Path) -> None:
