@@ -211,3 +211,13 @@ def test_the_committed_report_has_one_title_and_no_heading_deeper_than_its_secti
     assert levels[0][0] == 1 and all(level > 1 for level, _ in levels[1:])
     assert all(text.strip() for _, text in levels)
     assert all(b - a <= 1 for (a, _), (b, _) in zip(levels, levels[1:]))  # never skips a level going down
+
+
+def test_the_budget_plot_keeps_each_seed_apart_and_takes_the_median_of_its_repeats():
+    from chunklab.report.figures import seed_medians
+
+    runs = pd.DataFrame({"size": "large", "seed": [1, 1, 1, 2, 2, 2], "budget": [64, 64, 8192, 64, 8192, 8192],
+                         "goodput_req_per_s": [6.0, 7.0, 6.5, 9.0, 9.2, 9.4]})
+    m = seed_medians(runs, "size", "budget", ["goodput_req_per_s"])
+    assert list(zip(m["seed"], m["budget"], m["goodput_req_per_s"])) == [(1, 64, 6.5), (1, 8192, 6.5), (2, 64, 9.0),
+                                                                           (2, 8192, 9.3)]

@@ -110,19 +110,30 @@ def prefill_split(split: pd.DataFrame, path: Path, caption: str = "") -> Path:
     return _save(fig, path, "One 1536-token prefill split into passes", caption)
 
 
+def seed_medians(runs: pd.DataFrame, hue: str, x: str, keys: list[str]) -> pd.DataFrame:
+    """Per (hue, seed, x): the median of the seed's repeats. Seeds stay apart (each a line)."""
+    return runs.groupby([hue, "seed", x], sort=True, observed=True)[keys].median().reset_index()
+
+
 def metrics_vs_budget(runs: pd.DataFrame, path: Path, hue: str = "size", caption: str = "") -> Path:
-    """hue: the column that splits the runs (the chapter's trace sizes, or loads)."""
+    """hue: the column that splits the runs (the chapter's trace sizes, or loads). One line per (hue, seed):
+    a seed is one draw of arrivals and prompts, the same at every budget, so a line compares budgets on the
+    same requests; its point is the median of that seed's repeats, the dots each run. Seeds are never pooled
+    into one bar: that would show the spread of arrival draws, not of budgets."""
+    budgets = sorted(runs["budget"].unique())
+    runs = runs.assign(budget_label=pd.Categorical(runs["budget"].astype(int).astype(str),
+                                                   [str(int(b)) for b in budgets], ordered=True))
+    per_seed = seed_medians(runs, hue, "budget_label", [key for key, _ in HEADLINE])
     fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
     for ax, (key, label) in zip(axes.flat, HEADLINE):
-        sns.pointplot(runs, x="budget", y=key, hue=hue, errorbar=("pi", 100), estimator="median",
-                      dodge=0.3, ax=ax, markersize=4)
-        # no jitter: the same runs draw the same PNG
-        sns.stripplot(runs, x="budget", y=key, hue=hue, dodge=True, jitter=False, alpha=0.4, ax=ax, legend=False,
-                      size=3)
+        sns.lineplot(per_seed, x="budget_label", y=key, hue=hue, units="seed", estimator=None, marker="o",
+                     linewidth=1.2, markersize=5, ax=ax)
+        sns.scatterplot(runs, x="budget_label", y=key, hue=hue, alpha=0.35, s=12, ax=ax, legend=False)
         ax.set(ylabel=label, xlabel="budget (tokens/step)")
         ax.get_legend().remove()
     _legend_outside(axes.flat[2], hue)
-    return _save(fig, path, "Headline metrics by budget: median, bars span min-max, dots are runs", caption)
+    return _save(fig, path, "Headline metrics by budget: a line per seed (the same requests at every budget), "
+                            "its points the median of the seed's repeats, dots each run", caption)
 
 
 def ttft_by_class(requests: pd.DataFrame, path: Path, caption: str = "") -> Path:
