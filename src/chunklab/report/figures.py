@@ -240,22 +240,23 @@ def best_budget(best: pd.DataFrame, cells: pd.DataFrame, path: Path, caption: st
 
 
 def queue_timeline(queue: pd.DataFrame, path: Path, caption: str = "") -> Path:
-    """One panel per replay (real time, compressed): the budgets' queues over the same trace."""
-    replays = list(dict.fromkeys(queue["replay"]))
+    """One panel per replay (real time, compressed) and budget, stacked on one time axis and one scale:
+    the budgets' queues over the same trace, side by side rather than drawn over each other."""
     frame, order, palette = budget_hue(queue)
-    fig, axes = plt.subplots(len(replays), 1, figsize=(12, 3 * len(replays)), squeeze=False, sharex=True)
+    panels = [(replay, label) for replay in dict.fromkeys(frame["replay"]) for label in order
+              if ((frame["replay"] == replay) & (frame["budget_label"] == label)).any()]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(12, 1.25 * len(panels) + 0.6), squeeze=False, sharex=True,
+                             sharey=True)
     times = sorted(queue["time_s"].unique())
     bin_s = times[1] - times[0] if len(times) > 1 else 0.0
-    styles = dict(zip(order, ["-", "--", ":", "-."] * 4))  # a dash per budget: a line under another still shows
-    for ax, replay in zip(axes[:, 0], replays):
-        for label in order:
-            q = frame[(frame["replay"] == replay) & (frame["budget_label"] == label)]
-            if len(q):
-                ax.plot(q["time_s"] / 60, q["waiting"], lw=1.1, ls=styles[label], color=palette[label], label=label)
-        ax.set(ylabel=f"requests waiting\n(max per {bin_s:g} s)", yscale="symlog", title=f"arrivals {replay}")
-        _legend_outside(ax, "budget")
+    for ax, (replay, label) in zip(axes[:, 0], panels):
+        q = frame[(frame["replay"] == replay) & (frame["budget_label"] == label)]
+        ax.fill_between(q["time_s"] / 60, q["waiting"], step="post", color=palette[label], alpha=0.8, lw=0)
+        ax.set_ylabel(f"budget {label}\n{replay}", rotation=0, ha="right", va="center", fontsize=8)
+        ax.tick_params(labelsize=8)
     axes[-1, 0].set_xlabel("trace time (min)")
-    return _save(fig, path, "Queue length over the Azure conversation trace, by budget", caption)
+    return _save(fig, path, f"Requests waiting (the most in each {bin_s:g} s) over the Azure conversation trace, one "
+                            "panel per budget and replay", caption)
 
 
 def operator_fit(points: pd.DataFrame, path: Path, title: str, caption: str = "") -> Path:
