@@ -102,9 +102,14 @@ def timeline(tokens: pd.DataFrame, path: Path, caption: str = "") -> Path:
     return _save(fig, path, "The chapter's trace, request by request", caption)
 
 
-def prefill_split(split: pd.DataFrame, path: Path, caption: str = "") -> Path:
+def prefill_split(split: pd.DataFrame, path: Path, caption: str = "", chapter_ms: dict[int, float] | None = None) -> Path:
+    """chapter_ms: passes -> the chapter's published total (its own engine and machine), drawn beside ours."""
     fig, ax = plt.subplots(figsize=(7, 4))
     sns.lineplot(split, x="chunk_tokens", y="median_ms", hue="attention", marker="o", ax=ax)
+    if chapter_ms:
+        prompt_tokens = int((split["chunk_tokens"] * split["passes"]).iloc[0])
+        ax.scatter([prompt_tokens // p for p in chapter_ms], list(chapter_ms.values()), marker="X", s=60,
+                   color="black", zorder=3, label="the chapter (its engine)")
     ax.set(xscale="log", yscale="log", xlabel="tokens per pass (log)", ylabel="total prefill time (ms, log)")
     _legend_outside(ax, "attention")
     return _save(fig, path, "One 1536-token prefill split into passes", caption)

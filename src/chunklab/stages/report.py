@@ -115,7 +115,9 @@ def make_plots(m: Measured, out_dir: Path, machine: str) -> None:
     figures.itl_distribution(large, out_dir / "itl_distribution.png",
                              at(f"ch10 mix, {n_large} requests at {rate}, every repeat and seed"))
     figures.timeline(m.tokens, out_dir / "timeline.png", at(f"the chapter's {n_small}-request trace at {rate}"))
-    figures.prefill_split(m.split, out_dir / "prefill_split.png", at("one request alone (no load)"))
+    figures.prefill_split(m.split, out_dir / "prefill_split.png",
+                          at("one request alone (no load); X: the chapter's published times, its engine and machine"),
+                          chapter.PREFILL_SPLIT_MS)
     figures.metrics_vs_budget(runs[runs["intensity"] == rate], out_dir / "metrics_vs_budget.png", hue="size",
                               caption=at(f"ch10 mix at {rate}: {n_small} requests (size small) and {n_large} (large)"))
     figures.ttft_by_class(large, out_dir / "ttft_by_class.png", at(f"ch10 mix, {n_large} requests at {rate}"))
