@@ -143,3 +143,23 @@ def test_steps_csv_written_in_chunks_equals_one_frame(tmp_path):
         assert (tmp_path / f"{name}-chunked.csv").read_bytes() == (tmp_path / f"{name}-whole.csv").read_bytes()
     assert len((tmp_path / "run-chunked.csv").read_text().splitlines()) == 2504
     assert (tmp_path / "empty-chunked.csv").read_text().count("\n") == 1  # the header alone
+
+
+def test_the_table_rule_scores_read_back_records_as_the_record_rule_does():
+    """meets_slo_table (the report's rescoring of a CSV) agrees with meets_slo request by request."""
+    import dataclasses
+
+    import pandas as pd
+
+    from chunklab.metrics.summary import meets_slo_table
+    recs = [record(finished(0, 0.0, [0.1] + [0.1 + 0.01 * i for i in range(1, 50)] + [1.0])),  # a stall
+            record(finished(1, 0.0, [2.0, 2.01, 2.02])),  # late first token
+            record(finished(2, 1.0, [1.1])),  # one token: no gaps
+            record(finished(3, 0.0, [0.2, 0.22, 0.24]))]
+    rejected = Sequence(Request(4, 0.0, (1,) * 5000, 5))
+    rejected.reject("too long")
+    recs.append(record(rejected))
+    table = pd.DataFrame([dataclasses.asdict(r) for r in recs]).drop(columns="gaps_s")
+    for slo in (SloConfig(ttft_s=1.0, tpot_s=0.05), SloConfig(ttft_s=1.0, tpot_s=None, itl_p99_s=0.1),
+                SloConfig(ttft_s=None, tpot_s=0.015), SloConfig(ttft_s=3.0, tpot_s=None)):
+        assert list(meets_slo_table(table, slo)) == [meets_slo(r, slo) for r in recs], slo

@@ -15,8 +15,9 @@ MICRO_MIX = ["model=micro", "workload.classes.0.min_tokens=200", "workload.class
              "workload.min_output_tokens=4", "workload.max_output_tokens=8"]
 TINY = {
     "calibrate": {"num_random_shapes": 12, "rounds": 1, "burst": 2, "replay_requests": 4, "overrides": ["model=micro"]},
-    "fidelity": {"num_requests": 8, "repeats": 2, "budgets": [16, 8192], "loads": [0.5, 1.2], "overrides": ["model=micro"],
-                 "mix_overrides": MICRO_MIX[1:], "trace": {"rows": 20, "start_offset": 0, "budget": 16}},
+    "fidelity": {"num_requests": 8, "repeats": 2, "seeds": [3, 4], "budgets": [16, 8192], "loads": [0.5, 1.2], "overrides": ["model=micro"],
+                 "mix_overrides": MICRO_MIX[1:], "trace": {"rows": 20, "start_offset": 0, "budget": 16},
+                 "shares": [[0.1, 16, 0.5]]},
     "prefill_split": {"prompt_tokens": 96, "chunk_tokens": [96, 32], "attention": ["paged", "sdpa", "naive"], "repeats": 1,
                       "overrides": ["model=micro"]},
     "token_budget": {"budgets": [16, 8192], "seeds": [3, 4], "small_requests": 6, "large_requests": 8, "repeats": 2,
@@ -27,7 +28,8 @@ TINY = {
              "peer": {"repeats": 1, "prompt_tokens": 96, "prefill_chunks": [96, 32], "static_batch": 2,
                       "static_prompt_tokens": 16, "static_new_tokens": 4, "static_budget": 8192, "serve_requests": 4, "serve_repeats": 2,
                       "rate_per_s": 8.0, "seed": 3, "budgets": [16, 8192]}},
-    "capacity": {"num_requests": 6, "overrides": MICRO_MIX, "rel_tol": 0.5, "sim_rel_tol": 0.1, "widen": 4.0},
+    "capacity": {"num_requests": 6, "overrides": MICRO_MIX, "rel_tol": 0.5, "sim_rel_tol": 0.1, "widen": 4.0,
+                 "budgets": [16, 8192], "reference_budget": 16, "seeds": [3], "sim_seeds": [3, 4], "steady_requests": 20},
     "sim": {"seeds": [1, 2], "num_requests": 30, "overrides": MICRO_MIX},
     "sim_tuning": {"workloads": ["ch10_mixed"], "n_trials": 2},
     "sim_capacity": {"workloads": ["ch10_mixed"], "budgets": [16, 8192], "rel_tol": 0.5},
@@ -37,6 +39,9 @@ TINY = {
     "sim_production": {"pairs": [["llama3_8b", "h100"]], "workloads": ["ch10_production", "azure_conv"],
                        "trace_rows": 40, "num_requests": 40, "seeds": [1], "budgets": [512, 16384], "loads": [0.5, 1.0],
                        "capacity_rel_tol": 0.2},
+    "clocks": {"num_requests": 6, "repeats": 2, "loads": [0.5], "overrides": MICRO_MIX},
+    "sim_share": {"shares": [0.1, 0.5], "budgets": [16, 8192], "num_requests": 20, "seeds": [3, 4], "rel_tol": 0.2,
+                  "overrides": MICRO_MIX},
     "cluster": {"num_requests": 8, "repeats": 2, "loads": [0.5], "link_repeats": 2, "overrides": MICRO_MIX},
     "sim_disagg": {"pairs": [["llama3_8b", "h100", 1.0]], "gpus": [2], "workloads": ["ch10_production", "azure_conv"],
                    "num_requests": 40, "loads": [1.0, 2.0], "verdict_loads": [1.0], "throughput_load": 2.0,
@@ -66,7 +71,9 @@ EXPECTED = [
     "outputs/plots/simulated/ch10_mixed_heatmaps.png", "outputs/simulated/traces/classes.csv",
     "outputs/plots/simulated/queue.png", "outputs/plots/simulated/goodput_vs_rate.png",
     "outputs/plots/cost_models/h100_fit.png", "outputs/plots/cost_models/a100_fit.png",
-    *[f"outputs/simulated/tables/{t}.md" for t in ("tuning", "capacity", "maps", "traces", "production")],
+    *[f"outputs/simulated/tables/{t}.md" for t in ("tuning", "capacity", "maps", "traces", "production", "share")],
+    "outputs/simulated/share/capacity.csv", "outputs/simulated/share/verdicts.csv", "outputs/fidelity/slos.json",
+    "outputs/clocks/runs.csv", "outputs/clocks/paired.csv", "outputs/tables/clocks.md",
     *[f"outputs/cost_models/{f}" for f in ("h100_fit.json", "a100_fit.json",
                                            "decode_steps.csv", "presets.csv", "cpu_fit.json", "cost_models.md")],
     *[f"outputs/simulated/production/{f}" for f in ("cells.csv", "capacity.csv", "chunking_gain.csv", "published.csv")],
@@ -119,11 +126,12 @@ def test_dvc_repro_smoke(tmp_path):
     first = subprocess.run([dvc, "repro"], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     paired = (repo / "outputs/fidelity/paired.csv").read_text().splitlines()
-    assert paired[0] == "point,metric,median_rel_error,p90_rel_error,n" and len(paired) == 1 + 3 * 5
+    assert paired[0] == "point,metric,median_rel_error,p90_rel_error,n" and len(paired) == 1 + 3 * 6  # 6 points x 3 metrics
     cap = (repo / "outputs/capacity/measured_vs_simulated.csv").read_text().splitlines()
-    assert cap[0] == "budget,measured_req_per_s,simulated_req_per_s,ratio" and len(cap) == 2
+    assert cap[0].startswith("budget,slo,measured_req_per_s,") and len(cap) == 1 + 2 * 2  # budgets x SLOs
+    assert cap[1].startswith("16,chapter_scaled,")  # the reference cell first: every load is a fraction of it
     drift = (repo / "outputs/fidelity/drift.csv").read_text().splitlines()
-    assert drift[0].startswith("point,repeat,sentinel_ratio,step_time_vs_predicted_p50,") and len(drift) == 1 + 5 * 2  # (2 budgets x 2 loads + the trace) x 2 repeats
+    assert drift[0].startswith("point,repeat,sentinel_ratio,step_time_vs_predicted_p50,") and len(drift) == 1 + 6 * 2  # (2 budgets x 2 loads + a share cell + the trace) x 2 repeats
     assert "median_signed_error_ttft (sentinel-scaled)" in drift[0]
     missing = [p for p in EXPECTED if not (repo / p).is_file()]
     assert not missing

@@ -3,9 +3,11 @@ the chapter's claims get the verdict the measured table decides."""
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from chunklab.report.claims import FAILS, HOLDS, NA, NOISE, budget_verdicts, decide, split_verdicts, where_key
+from chunklab.config import SloConfig
+from chunklab.report.claims import FAILS, HOLDS, NA, NOISE, budget_verdicts, slo_verdicts, split_verdicts, where_key
 from chunklab.report.claim_text import chapter_metrics, claim_findings
 from chunklab.report.writeup import other_machine, repro_cpu
 
@@ -39,67 +41,99 @@ def test_the_repro_cpu_is_the_calibrated_profile_s(tmp_path):
     assert other_machine(table(ZEN5), repro_cpu(tmp_path)) != []
 
 
-# -- the chapter's claims, decided by the data (report/claims.py)
+# -- the chapter's claims, decided by the data (report/claims.py, by the paired rule of metrics/paired.py)
 
-def runs_table(stall_64, stall_8192, goodput_64=(5.0, 5.1, 5.2), goodput_8192=(9.0, 9.1, 9.2)) -> pd.DataFrame:
+def grid(stall_small: float, stall_large: float, itl_small: float = 0.002, itl_large: float = 0.002,
+         ttft_small: float = 0.5, ttft_large: float = 0.5, seeds=(3, 4, 5, 6, 7), per_seed: int = 30,
+         load: str = "load 0.85 (3.00 req/s)") -> pd.DataFrame:
+    """Measured requests of two budgets on the same seeds and request ids, with per-request noise that
+    both budgets share (the pairing) and a little of each run's own."""
+    rng = np.random.default_rng(0)
     rows = []
-    for budget, stalls, goodputs in ((64, stall_64, goodput_64), (8192, stall_8192, goodput_8192)):
-        for stall, goodput in zip(stalls, goodputs):
-            rows.append({"load": "load 0.85", "budget": budget, "worst_stall_s": stall, "itl_p50_s": 0.002,
-                         "class_long_ttft_p50_s": 0.5, "goodput_req_per_s": goodput})
+    for seed in seeds:
+        for rid in range(per_seed):
+            shared = rng.lognormal(0, 0.3)
+            label = "long" if rid % 3 == 0 else "short"
+            for budget, stall, itl, ttft in ((64, stall_small, itl_small, ttft_small),
+                                              (8192, stall_large, itl_large, ttft_large)):
+                own = rng.lognormal(0, 0.01)
+                gaps = [itl * shared * own] * 9 + [stall * shared * own]
+                rows.append({"load": load, "budget": budget, "seed": seed, "request_id": rid, "label": label,
+                             "status": "finished", "ttft_s": ttft * shared * own, "tpot_s": float(np.mean(gaps)),
+                             "itl_p99_s": max(gaps), "max_gap_s": max(gaps),
+                             "gaps_s": " ".join(f"{g:.6f}" for g in gaps)})
     return pd.DataFrame(rows)
 
 
-def verdict(table: pd.DataFrame, claim_start: str) -> str:
-    v = budget_verdicts(table)
+def verdict(requests: pd.DataFrame, claim_start: str) -> str:
+    v = budget_verdicts(requests)
     return v[v["claim"].str.startswith(claim_start)]["verdict"].item()
 
 
 def test_a_claim_the_data_contradict_is_reported_as_not_holding():
-    """A table where the smaller budget's worst stall is the larger one: the chapter's claim fails."""
-    assert verdict(runs_table((0.30, 0.31, 0.32), (0.10, 0.11, 0.12)), "the worst stall") == FAILS
-    assert verdict(runs_table((0.01, 0.02, 0.02), (0.10, 0.11, 0.12)), "the worst stall") == HOLDS
-    assert verdict(runs_table((0.05, 0.10, 0.15), (0.10, 0.11, 0.12)), "the worst stall") == NOISE
-    assert verdict(runs_table((0.01, 0.02, 0.02), (0.10, 0.11, 0.12)), "goodput falls") == HOLDS
-    assert verdict(runs_table((0.01,) * 3, (0.1,) * 3, (9.5, 9.6, 9.7)), "goodput falls") == FAILS
+    """The same requests, the smaller budget's stalls made longer: the chapter's claim fails; shorter: it holds."""
+    assert verdict(grid(0.30, 0.10), "the worst stall") == FAILS
+    assert verdict(grid(0.02, 0.10), "the worst stall") == HOLDS
+    assert verdict(grid(0.10, 0.10), "the worst stall") == NOISE
+    assert verdict(grid(0.1, 0.1, itl_small=0.003), "typical ITL") == HOLDS
+    assert verdict(grid(0.1, 0.1, itl_small=0.001), "typical ITL") == FAILS
+    assert verdict(grid(0.1, 0.1, ttft_small=0.8), "the chunked") == HOLDS
 
 
-def test_ranges_apart_by_less_than_the_minimum_effect_are_noise():
-    """Two repeats' ranges that miss each other by a hair (goodput bound by the arrivals, every request in
-    SLO): not an effect. The same ranges 10% apart are."""
-    assert verdict(runs_table((0.01,) * 3, (0.1,) * 3, (6.688, 6.691, 6.694), (6.695,) * 3), "goodput falls") == NOISE
-    assert verdict(runs_table((0.01,) * 3, (0.1,) * 3, (6.0, 6.01, 6.02), (6.695,) * 3), "goodput falls") == HOLDS
-    split = pd.DataFrame([{"attention": "paged", "passes": 1, "median_ms": 100.0, "min_ms": 99.0, "max_ms": 100.0},
-                          {"attention": "paged", "passes": 24, "median_ms": 101.0, "min_ms": 100.5, "max_ms": 101.5}])
-    assert split_verdicts(split)["verdict"].item() == NOISE
+def test_a_change_under_the_minimum_effect_is_noise():
+    assert verdict(grid(0.1, 0.1, itl_small=0.00201), "typical ITL") == NOISE
+    assert verdict(grid(0.1, 0.1, itl_small=0.0021), "typical ITL") == HOLDS
 
 
 def test_a_load_with_one_budget_decides_nothing():
-    one = runs_table((0.01,) * 3, (0.1,) * 3)
+    one = grid(0.01, 0.1)
     assert set(budget_verdicts(one[one["budget"] == 64])["verdict"]) == {NA}
-    assert decide(pd.Series([], dtype=float), pd.Series([1.0]), "lower") == NA
+
+
+def test_the_share_within_an_slo_is_decided_per_slo_and_per_multiple():
+    """Budget 64's stalls are short, 8192's long: under a stall-aware SLO the small budget keeps more
+    requests within it (the goodput claim does not hold); under a TTFT-only SLO nothing differs."""
+    requests = grid(0.005, 0.05)
+    stall = {"0.5": SloConfig(ttft_s=None, tpot_s=None, itl_p99_s=0.002),
+             "1": SloConfig(ttft_s=None, tpot_s=None, itl_p99_s=0.02),
+             "2": SloConfig(ttft_s=None, tpot_s=None, itl_p99_s=0.04)}
+    v = slo_verdicts(requests, {"stall": stall, "ttft": {"1": SloConfig(ttft_s=10.0, tpot_s=None)}}).set_index("slo")
+    assert v.loc["stall", "verdict"] == FAILS and v.loc["ttft", "verdict"] == NOISE
+    assert v.loc["stall", "verdict_x0.5"] == NOISE  # halved, no request of either budget meets it
+    assert v.loc["stall", "verdict_x2"] == FAILS and v.loc["ttft", "verdict_x2"] == ""
+
+
+def split(one_ms, many_ms, attention="paged") -> pd.DataFrame:
+    return pd.DataFrame([{"attention": attention, "passes": p, "median_ms": float(np.median(t)),
+                          "times_ms": " ".join(map(str, t))} for p, t in ((1, one_ms), (24, many_ms))])
 
 
 def test_the_split_claim_per_attention_path():
-    split = pd.DataFrame([
-        {"attention": "paged", "passes": 1, "median_ms": 97.0, "min_ms": 96.0, "max_ms": 98.0},
-        {"attention": "paged", "passes": 24, "median_ms": 110.0, "min_ms": 108.0, "max_ms": 118.0},
-        {"attention": "naive", "passes": 1, "median_ms": 1300.0, "min_ms": 1290.0, "max_ms": 1310.0},
-        {"attention": "naive", "passes": 24, "median_ms": 380.0, "min_ms": 370.0, "max_ms": 390.0}])
-    v = split_verdicts(split).set_index("load")["verdict"]
+    both = pd.concat([split([97, 96, 98, 97, 99], [110, 108, 118, 111, 112]),
+                      split([1300, 1290, 1310, 1305, 1295], [380, 370, 390, 385, 375], "naive")])
+    v = split_verdicts(both).set_index("load")["verdict"]
     assert v["`paged` attention"] == FAILS and v["`naive` attention"] == HOLDS
+    assert split_verdicts(split([100, 99, 100, 101, 100], [101, 100.5, 101.5, 100, 102]))["verdict"].item() == NOISE
 
 
-def test_the_report_prints_the_verdict_the_table_decides(tmp_path):
-    """The report's claim section says 'does not hold' for a measured table in which the claim is false."""
-    runs = runs_table((0.30, 0.31, 0.32), (0.10, 0.11, 0.12)).drop(columns="load").assign(
-        size="large", intensity="8 req/s", seed=3, rate_per_s=8.0)
-    split = pd.DataFrame([{"attention": "paged", "passes": p, "median_ms": m, "min_ms": m - 1, "max_ms": m + 1}
-                          for p, m in ((1, 97.0), (24, 110.0))])
-    text = "\n".join(claim_findings(runs, split, tmp_path))
+def write_grid(outputs: Path, requests: pd.DataFrame, slos: dict | None = None) -> None:
+    """The fidelity stage's files the claims section reads, for these requests (repeat 0, one load)."""
+    (outputs / "fidelity").mkdir(parents=True, exist_ok=True)
+    req = requests.drop(columns="load").assign(point=lambda d: "p" + d["budget"].astype(str) + "s" + d["seed"].astype(str),
+                                               repeat=0, rate_per_s=3.0)
+    req.to_csv(outputs / "fidelity" / "requests_measured.csv", index=False)
+    runs = req.groupby("point", as_index=False).first()[["point", "repeat", "budget", "seed", "rate_per_s"]]
+    runs.assign(executor="torch", load=0.85, prefill_step_share=0.5).to_csv(outputs / "fidelity" / "runs.csv", index=False)
+    (outputs / "fidelity" / "slos.json").write_text(json.dumps(slos or {}))
+
+
+def test_the_report_prints_the_verdict_the_data_decide(tmp_path):
+    """The report's claim section says 'does not hold' for measured requests in which the claim is false."""
+    write_grid(tmp_path, grid(0.30, 0.10))
+    text = "\n".join(claim_findings(pd.DataFrame(), split([97, 96, 98], [110, 108, 118]), tmp_path))
     [row] = [line for line in text.splitlines() if "the worst stall shrinks" in line]
-    assert [cell.strip() for cell in row.split("|")][3] == "does not hold"
-    assert "8 req/s (the chapter's rate)" in text
+    assert [cell.strip() for cell in row.split("|")][6] == "does not hold"
+    assert "load 0.85 (3.00 req/s)" in text and "seeds 3, 4, 5, 6, 7" in text
 
 
 def test_the_report_warns_when_a_simulated_table_predicts_another_machine():
@@ -110,23 +144,23 @@ def test_the_report_warns_when_a_simulated_table_predicts_another_machine():
 
 
 def test_the_verdicts_are_dvc_metrics(tmp_path):
-    runs = runs_table((0.30, 0.31, 0.32), (0.10, 0.11, 0.12)).drop(columns="load").assign(
-        size="large", intensity="8 req/s", seed=3, rate_per_s=8.0)
-    split = pd.DataFrame([{"attention": "paged", "passes": p, "median_ms": m, "min_ms": m - 1, "max_ms": m + 1}
-                          for p, m in ((1, 100.0), (24, 125.0))])
+    write_grid(tmp_path, grid(0.30, 0.10), {"ch10": {"1": {"ttft_s": 10.0, "tpot_s": None, "itl_p99_s": None}}})
     (tmp_path / "capacity").mkdir()
-    (tmp_path / "capacity" / "measured_vs_simulated.csv").write_text("budget,measured_req_per_s\n512,16.0\n")
-    metrics = chapter_metrics(runs, split, tmp_path)
-    chapter = metrics["chapter"]  # nested: `dvc metrics show` prints chapter.verdict.worst_stall.rate_8
-    assert chapter["verdict"]["worst_stall"] == {"rate_8": -1} and chapter["verdict"]["split_faster"] == {"paged": -1}
+    (tmp_path / "capacity" / "measured_vs_simulated.csv").write_text(
+        "budget,slo,measured_req_per_s\n512,chapter_scaled,3.5\n64,stall_scaled,5.0\n")
+    the_split = split([100, 100, 100], [125, 125, 125])
+    metrics = chapter_metrics(pd.DataFrame(), the_split, tmp_path)
+    chapter = metrics["chapter"]  # nested: `dvc metrics show` prints chapter.verdict.worst_stall.load_0_85
+    assert chapter["verdict"]["worst_stall"] == {"load_0_85": -1} and chapter["verdict"]["split_faster"] == {"paged": -1}
+    assert chapter["verdict"]["within_slo"] == {"ch10": {"load_0_85": 0}}
     assert chapter["prefill_split"]["paged_24x64_over_1x1536"] == 1.25
-    assert chapter["capacity"] == {"measured_b512_req_per_s": 16.0, "chapter_rate_share": 0.5}
+    assert chapter["capacity"] == {"b512": {"chapter_scaled": 3.5}, "b64": {"stall_scaled": 5.0}}
     assert "production" not in metrics  # no production stage output: none claimed
     (tmp_path / "simulated" / "production").mkdir(parents=True)
     (tmp_path / "simulated" / "production" / "chunking_gain.csv").write_text(
         "model,hardware,workload,load,best_budget,gain_vs_unchunked\n"
         "llama3_8b,h100,azure_conv,0.5,2048,1.2\nllama3_8b,h100,azure_conv,1.0,1024,3.39682\n")
-    production = chapter_metrics(runs, split, tmp_path)["production"]
+    production = chapter_metrics(pd.DataFrame(), the_split, tmp_path)["production"]
     assert production == {"llama3_8b_h100": {"azure_conv": {"best_budget": 1024, "gain_vs_unchunked": 3.3968}}}
 
 

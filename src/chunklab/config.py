@@ -125,6 +125,12 @@ class SloConfig:
     ttft_s: float | None = 1.0
     tpot_s: float | None = 0.05  # per-request mean gap (the chapter's "ITL")
     itl_p99_s: float | None = None  # per-request p99 of its token gaps
+    # A scaled SLO (conf/slo/*_scaled.yaml) gives multiples of this machine's own step times instead
+    # of seconds; experiments/slo.py turns each into the seconds above before the run (it overwrites
+    # them). null: that bound is the seconds above as given.
+    ttft_prefill_multiple: float | None = None  # x the one-pass prefill of the workload's longest prompt
+    tpot_decode_multiple: float | None = None  # x a decode step at full batch of the longest requests
+    itl_p99_decode_multiple: float | None = None  # the same step, for the per-request p99 gap
 
 
 @dataclass(frozen=True)
@@ -263,7 +269,8 @@ def validate(cfg: RunConfig) -> None:
     _validate_hardware(cfg.hardware, cfg.engine, cfg.model)
     _validate_topology(cfg.topology, cfg.link, cfg.scheduler, cfg.engine, cfg.slowdown)
     _validate_workload(w, m)
-    for key in ("ttft_s", "tpot_s", "itl_p99_s"):
+    for key in ("ttft_s", "tpot_s", "itl_p99_s", "ttft_prefill_multiple", "tpot_decode_multiple",
+                "itl_p99_decode_multiple"):
         v = getattr(slo, key)
         _check(v is None or v > 0, f"slo.{key}", v, "must be > 0 or null")
 

@@ -1,8 +1,9 @@
 """A validated RunConfig made concrete before anything is built or run, in one place for every run
 (run.py, compose_run_config): each named choice checked against its registry, engine.profile=auto
 as this machine's profile (calibrated once if there is none), the KV pool sized from the hardware's
-memory (engine.num_blocks=0), and workload.load as a rate (a fraction of the workload's simulated
-capacity under that profile).
+memory (engine.num_blocks=0), a scaled SLO's multiples as seconds of this machine's step times
+(experiments/slo.py), and workload.load as a rate (a fraction of the workload's simulated capacity
+under that profile and SLO).
 
 `prepare` is the single point where calibration may begin: nothing after it (the engine, the noise
 guard, the conditions, the load) resolves a profile again, and an engine built from a config that
@@ -21,6 +22,7 @@ from chunklab.cost_models import COST_MODELS
 from chunklab.engine.kv_pool import pool_blocks
 from chunklab.engine.policies import ADMISSIONS, ORDERINGS
 from chunklab.experiments.load import resolve_load
+from chunklab.experiments.slo import resolve_slo
 
 
 def prepare(cfg: RunConfig) -> RunConfig:
@@ -30,7 +32,7 @@ def prepare(cfg: RunConfig) -> RunConfig:
     if kind.measured:
         warn_if_another_machine(cfg.model, cfg.engine)  # a profile given by path, of another machine: one line
     cfg = dataclasses.replace(cfg, engine=resolve_profile(cfg.model, cfg.engine, cfg.hardware))
-    return resolve_load(resolve_kv_pool(cfg))
+    return resolve_load(resolve_slo(resolve_kv_pool(cfg)))
 
 
 def resolve_kv_pool(cfg: RunConfig) -> RunConfig:

@@ -20,6 +20,18 @@ def meets_slo(r: RequestRecord, slo: SloConfig) -> bool:
     return all(limit is None or value is None or value <= limit for limit, value in checks)
 
 
+def meets_slo_table(requests, slo: SloConfig) -> np.ndarray:
+    """meets_slo for every row of a table of records (pandas: status, ttft_s, tpot_s, itl_p99_s), as
+    booleans: the same rule, for requests read back from a CSV (the report scores a run under other
+    SLOs after it ran). A missing value (NaN) is a target that does not apply, as None above."""
+    ok = (requests["status"] == "finished").to_numpy().copy()
+    for limit, column in ((slo.ttft_s, "ttft_s"), (slo.tpot_s, "tpot_s"), (slo.itl_p99_s, "itl_p99_s")):
+        if limit is not None:
+            values = requests[column].to_numpy(dtype=float)
+            ok &= np.isnan(values) | (values <= limit)
+    return ok
+
+
 def distribution(name: str, values, unit: str = "_s") -> dict[str, float]:
     """Percentiles (linear interpolation), mean and max; None values are left out. Numpy keeps a
     long run's ~10^6 gaps at 8 bytes each."""

@@ -1,50 +1,59 @@
-"""The chapter's claims about the token budget, decided by the measured tables, one load at a time.
+"""The chapter's claims about the token budget, decided by the measured requests, one load at a time,
+by the report's one rule (metrics/paired.py): a paired bootstrap interval of the change.
 
-Each claim compares the smallest budget measured at a load with the largest: a metric that should
-move one way when the budget shrinks. The verdict is
-- "holds": the two budgets' ranges over their repeats do not overlap, and the medians move as claimed
-  by at least MIN_EFFECT;
-- "does not hold": the same, the medians moving the other way;
-- "within noise": the ranges overlap (the repeats disagree by more than the budgets do), or the
-  medians differ by less than MIN_EFFECT;
-- "n/a": fewer than two budgets, or no repeat with the metric, at that load.
-Why MIN_EFFECT: ranges of a few repeats fail to overlap by chance alone, for two budgets that
-differ in nothing, one time in three with 2 repeats each and one in ten with 3 (the chance that
-one sample's values all sort below the other's, either way). A median difference under 2% is not
-read as an effect: at 8 req/s on the AMD EPYC VM (2026-12-07), every request in SLO at every
-budget, two repeats put goodput at 6.688-6.694 req/s for budget 64 and 6.695 for 8192 (the
-makespan's last milliseconds).
-The evidence names the numbers that decided it. Nothing here reads a file: the report stage builds
-the tables (report/claim_text.py) and prints what these functions return.
+Each claim compares the smallest budget measured at a load with the largest, on the same requests
+(the same seeds, arrivals and lengths at every budget), paired by (seed, request id): a statistic
+that should move one way when the budget shrinks. The change is (small - large) over the larger.
+- worst stall: the largest gap of any request (claimed lower);
+- typical ITL: the median of every gap of every request (claimed higher);
+- the chunked request's own TTFT: the median TTFT of the long-prompt requests (claimed higher);
+- goodput, restated per SLO: the share of requests within the SLO (claimed lower). An SLO applies
+  after the run, so every run is scored under each; a scaled SLO's verdict is also given with its
+  multiples halved and doubled (does the direction hold when the SLO moves?).
+Nothing here reads a file: report/claim_text.py builds the tables and prints what these return.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
+import numpy as np
 import pandas as pd
 
-HOLDS, FAILS, NOISE, NA = "holds", "does not hold", "within noise", "n/a"
-SCORE = {HOLDS: 1, NOISE: 0, FAILS: -1}  # a verdict as a DVC metric (dvc metrics show prints numbers)
-MIN_EFFECT = 0.02  # the smallest relative difference of medians read as an effect (see above)
+from chunklab.config import SloConfig
+from chunklab.metrics.paired import FAILS, HOLDS, NA, NOISE, SCORE, Interval, interval, of_pooled, of_values
+from chunklab.metrics.summary import meets_slo_table
+
+__all__ = ["FAILS", "HOLDS", "NA", "NOISE", "SCORE", "BUDGET_CLAIMS", "budget_verdicts", "slo_verdicts",
+           "split_verdicts", "where_key"]
+
+SPLIT_CLAIM = "splitting a 1536-token prefill into 24 x 64 is faster than one pass"
+SPLIT_KEY = "split_faster"
 
 
 @dataclass(frozen=True)
 class Claim:
     key: str  # its name in `dvc metrics show` (chapter.verdict.<key>.<where>)
     text: str
-    metric: str  # a column of the runs table
-    smaller_budget: str  # "higher" or "lower": how the metric moves when the budget shrinks
-    unit: str  # "s", "ms" or "req/s": how the evidence prints it
+    smaller_budget: str  # "higher" or "lower": how the statistic moves when the budget shrinks
+    unit: str  # "ms" or "s": how the evidence prints it
+    units: Callable[[pd.DataFrame], pd.Series]  # which paired requests count (a boolean mask)
+    statistic: Callable[[pd.DataFrame], Callable]  # the arm's requests -> metrics.paired Statistic
 
 
+def _gaps(arm: pd.DataFrame) -> list[np.ndarray]:
+    return [np.array(s.split(), dtype=float) if isinstance(s, str) and s else np.empty(0) for s in arm["gaps_s"]]
+
+
+FINISHED = lambda d: (d["status_small"] == "finished") & (d["status_large"] == "finished")  # noqa: E731
 BUDGET_CLAIMS = (
-    Claim("worst_stall", "the worst stall shrinks", "worst_stall_s", "lower", "ms"),
-    Claim("typical_itl", "typical ITL (per-gap p50) rises", "itl_p50_s", "higher", "ms"),
-    Claim("chunked_ttft", "the chunked (long-prompt) request's own TTFT p50 grows", "class_long_ttft_p50_s", "higher", "s"),
-    Claim("goodput", "goodput falls", "goodput_req_per_s", "lower", "req/s"),
+    Claim("worst_stall", "the worst stall shrinks", "lower", "ms", FINISHED,
+          lambda arm: of_values(arm["max_gap_s"].fillna(0.0), np.max)),
+    Claim("typical_itl", "typical ITL (per-gap p50) rises", "higher", "ms", FINISHED,
+          lambda arm: of_pooled(_gaps(arm), np.median)),
+    Claim("chunked_ttft", "the chunked (long-prompt) request's own TTFT p50 grows", "higher", "s",
+          lambda d: FINISHED(d) & (d["label_small"] == "long"), lambda arm: of_values(arm["ttft_s"], np.median)),
 )
-SPLIT_CLAIM = "splitting a 1536-token prefill into 24 x 64 is faster than one pass"
-SPLIT_KEY = "split_faster"
 
 
 def where_key(label: str) -> str:
@@ -55,78 +64,121 @@ def where_key(label: str) -> str:
 
 
 def _fmt(value: float, unit: str) -> str:
-    """value in the metric's own unit (seconds for a latency) as the claim prints it."""
-    if unit == "ms":  # two decimals under 10 ms: per-gap ITL differs in hundredths between budgets
-        return f"{1e3 * value:.2f} ms" if abs(value) < 0.01 else f"{1e3 * value:.1f} ms"
-    return f"{value:.3f} {unit}"
+    if unit == "ms":
+        return f"{1e3 * value:.2f}" if abs(value) < 0.01 else f"{1e3 * value:.1f}"
+    if unit == "%":
+        return f"{100 * value:.1f}%"
+    return f"{value:.3f}"
 
 
-def decide(smaller: pd.Series, larger: pd.Series, smaller_budget: str) -> str:
-    """The verdict for one metric: smaller and larger are its values over the repeats at each budget."""
-    smaller, larger = smaller.dropna(), larger.dropna()
-    if smaller.empty or larger.empty:
-        return NA
-    if smaller.min() <= larger.max() and larger.min() <= smaller.max():
-        return NOISE
-    if _relative_difference(smaller.median(), larger.median()) < MIN_EFFECT:
-        return NOISE
-    moved_up = smaller.median() > larger.median()
-    return HOLDS if moved_up == (smaller_budget == "higher") else FAILS
+def pair(at_load: pd.DataFrame, small: int, large: int) -> pd.DataFrame:
+    """The two budgets' requests side by side, one row per (seed, request id) both served."""
+    keys = ["seed", "request_id"]
+    a = at_load[at_load["budget"] == small]
+    b = at_load[at_load["budget"] == large]
+    return a.merge(b, on=keys, suffixes=("_small", "_large"), how="inner")
 
 
-def _relative_difference(a: float, b: float) -> float:
-    """|a - b| over the larger of the two magnitudes."""
-    return abs(a - b) / max(abs(a), abs(b))
+def arm(paired: pd.DataFrame, side: str) -> pd.DataFrame:
+    """One side of `pair`'s table with its own column names."""
+    cols = [c for c in paired.columns if c.endswith(f"_{side}")]
+    return paired[["seed", "request_id"] + cols].rename(columns={c: c.removesuffix(f"_{side}") for c in cols})
 
 
-def _range(values: pd.Series, unit: str) -> str:
-    """The median over repeats, with their min-max and count."""
-    values = values.dropna()
-    if len(values) == 1:
-        return f"{_fmt(float(values.iloc[0]), unit)} (1 run)"
-    return (f"{_fmt(float(values.median()), unit)} [{_fmt(float(values.min()), unit)} to "
-            f"{_fmt(float(values.max()), unit)}, {len(values)} repeats]")
+def compare(paired: pd.DataFrame, statistic: Callable[[pd.DataFrame], Callable]) -> Interval:
+    """The paired interval of the change from the large budget to the small one, seeds as clusters."""
+    return interval(statistic(arm(paired, "large")), statistic(arm(paired, "small")), paired["seed"].to_numpy())
 
 
-def budget_verdicts(runs: pd.DataFrame) -> pd.DataFrame:
-    """runs: one row per measured run with columns load (a label), budget, and the claims' metrics.
-    One row per (load, claim): the verdict and its evidence, smallest budget against largest."""
+def _row(load: str, claim: str, small: int, large: int, iv: Interval | None, verdict: str, unit: str, key: str,
+         slo: str = "") -> dict:
+    return {"load": load, "claim": claim, "slo": slo, f"budget small": small, "budget large": large,
+            "small": np.nan if iv is None else iv.b, "large": np.nan if iv is None else iv.a,
+            "change": "" if iv is None else iv.text(), "verdict": verdict, "unit": unit,
+            "seeds": 0 if iv is None else iv.clusters, "requests": 0 if iv is None else iv.units, "key": key}
+
+
+def _budgets(at_load: pd.DataFrame) -> tuple[int, int] | None:
+    budgets = sorted(at_load["budget"].unique())
+    return (int(budgets[0]), int(budgets[-1])) if len(budgets) >= 2 else None
+
+
+def budget_verdicts(requests: pd.DataFrame) -> pd.DataFrame:
+    """requests: one row per measured request with load (a label), budget, seed, request_id, label,
+    status, ttft_s, max_gap_s, gaps_s. One row per (load, claim)."""
     rows = []
-    for load, at_load in runs.groupby("load", sort=False):
-        budgets = sorted(at_load["budget"].unique())
+    for load, at_load in requests.groupby("load", sort=False):
+        pair_budgets = _budgets(at_load)
         for claim in BUDGET_CLAIMS:
-            if len(budgets) < 2 or claim.metric not in at_load:
-                rows.append({"load": load, "claim": claim.text, "verdict": NA, "evidence": "one budget measured",
-                             "key": f"{claim.key}.{where_key(load)}"})
+            key = f"{claim.key}.{where_key(load)}"
+            if pair_budgets is None:
+                rows.append(_row(load, claim.text, 0, 0, None, NA, claim.unit, key))
                 continue
-            lo, hi = budgets[0], budgets[-1]
-            small = at_load.loc[at_load["budget"] == lo, claim.metric]
-            large = at_load.loc[at_load["budget"] == hi, claim.metric]
-            rows.append({"load": load, "claim": claim.text, "verdict": decide(small, large, claim.smaller_budget),
-                         "evidence": f"budget {lo}: {_range(small, claim.unit)}; budget {hi}: "
-                                     f"{_range(large, claim.unit)}", "key": f"{claim.key}.{where_key(load)}"})
-    return pd.DataFrame(rows, columns=["load", "claim", "verdict", "evidence", "key"])
+            paired = pair(at_load, *pair_budgets)
+            paired = paired[claim.units(paired)]
+            if paired.empty:
+                rows.append(_row(load, claim.text, *pair_budgets, None, NA, claim.unit, key))
+                continue
+            iv = compare(paired, claim.statistic)
+            rows.append(_row(load, claim.text, *pair_budgets, iv, iv.verdict(claim.smaller_budget), claim.unit, key))
+    return pd.DataFrame(rows)
+
+
+def slo_verdicts(requests: pd.DataFrame, slos: dict[str, dict[str, SloConfig]]) -> pd.DataFrame:
+    """The goodput claim per SLO: the share of requests within it falls when the budget shrinks.
+    slos: {name: {factor ("0.5", "1", "2"): bounds}}; factor "1" decides, the others are the robustness
+    columns (verdict_x0.5, verdict_x2)."""
+    rows = []
+    for load, at_load in requests.groupby("load", sort=False):
+        pair_budgets = _budgets(at_load)
+        if pair_budgets is None:
+            continue
+        paired = pair(at_load, *pair_budgets)
+        for name, by_factor in slos.items():
+            verdicts = {}
+            for factor, slo in by_factor.items():
+                met = {side: meets_slo_table(arm(paired, side), slo).astype(float) for side in ("small", "large")}
+                iv = interval(of_values(met["large"], np.mean), of_values(met["small"], np.mean), paired["seed"])
+                verdicts[factor] = (iv, iv.verdict("lower"))
+            iv, verdict = verdicts["1"]
+            row = _row(load, f"the share of requests within `{name}` falls", *pair_budgets, iv, verdict, "%",
+                       f"within_slo.{name}.{where_key(load)}", slo=name)
+            for factor in ("0.5", "2"):
+                row[f"verdict_x{factor}"] = verdicts[factor][1] if factor in verdicts else ""
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def split_verdicts(split: pd.DataFrame) -> pd.DataFrame:
-    """split: the prefill_split table (attention, passes, median_ms, min_ms, max_ms). Per attention path,
-    24 passes of 64 tokens against one pass, each a median over its timed repeats with its min-max."""
+    """split: the prefill_split table (attention, passes, times_ms: each timed round's). Per attention
+    path, 24 passes of 64 tokens against one pass, paired by round (rounds interleave every path)."""
     rows = []
     for attention, g in split.groupby("attention", sort=False):
         one, many = g[g["passes"] == 1], g[g["passes"] == 24]
-        if one.empty or many.empty:
+        if one.empty or many.empty or "times_ms" not in g:
             continue
-        o, m = one.iloc[0], many.iloc[0]
-        overlap = m["min_ms"] <= o["max_ms"] and o["min_ms"] <= m["max_ms"]
-        small = _relative_difference(m["median_ms"], o["median_ms"]) < MIN_EFFECT
-        verdict = NOISE if overlap or small else HOLDS if m["median_ms"] < o["median_ms"] else FAILS
+        o = np.array(str(one.iloc[0]["times_ms"]).split(), dtype=float) / 1e3  # seconds, as every claim's values
+        m = np.array(str(many.iloc[0]["times_ms"]).split(), dtype=float) / 1e3
+        iv = interval(of_values(o, np.median), of_values(m, np.median), np.arange(len(o)))
         rows.append({"load": f"`{attention}` attention", "attention": attention, "claim": SPLIT_CLAIM,
-                     "verdict": verdict,
-                     "evidence": f"24 x 64: {m['median_ms']:.1f} ms [{m['min_ms']:.1f}-{m['max_ms']:.1f}]; one pass: "
-                                 f"{o['median_ms']:.1f} ms [{o['min_ms']:.1f}-{o['max_ms']:.1f}] "
-                                 f"({m['median_ms'] / o['median_ms']:.2f}x)", "key": f"{SPLIT_KEY}.{attention}"})
-    return pd.DataFrame(rows, columns=["load", "attention", "claim", "verdict", "evidence", "key"])
+                     "verdict": iv.verdict("lower"), "small": iv.b, "large": iv.a, "change": iv.text(),
+                     "unit": "ms", "seeds": 0, "requests": iv.units, "key": f"{SPLIT_KEY}.{attention}"})
+    return pd.DataFrame(rows)
 
 
 def verdict_table(verdicts: pd.DataFrame) -> str:
-    return verdicts[["load", "claim", "verdict", "evidence"]].rename(columns={"load": "where"}).to_markdown(index=False)
+    """where | claim | small budget | large budget | change [95% CI] | verdict: at most 8 columns."""
+    out = pd.DataFrame({
+        "where": verdicts["load"], "claim": verdicts["claim"],
+        "smallest budget": [_evidence(r.small, r.unit, r.get("budget small")) for _, r in verdicts.iterrows()],
+        "largest budget": [_evidence(r.large, r.unit, r.get("budget large")) for _, r in verdicts.iterrows()],
+        "change, small vs large [95% CI]": verdicts["change"], "verdict": verdicts["verdict"]})
+    return out.to_markdown(index=False)
+
+
+def _evidence(value: float, unit: str, budget) -> str:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "n/a"
+    label = f"{int(budget)}: " if budget is not None and not (isinstance(budget, float) and np.isnan(budget)) else ""
+    suffix = {"ms": " ms", "s": " s", "%": ""}[unit]
+    return f"{label}{_fmt(value, unit)}{suffix}"

@@ -1,16 +1,21 @@
-"""Stage capacity (measured): this machine's capacity found on the real engine, beside the
-simulated capacity of this machine's profile, by the same search.
+"""Stage capacity (measured): this machine's capacity per token budget and SLO, found on the real
+engine, beside the simulated capacity of this machine's profile, by the same search.
 
-Capacity: the highest Poisson rate at which >= target of one seed's num_requests requests meet
-the SLO. Simulated: bisection to sim_rel_tol (exact, seconds). Measured: bisection to rel_tol;
-each probe is one real run of num_requests requests, long enough to build a queue.
+Capacity (the one definition, everywhere in the report): the highest Poisson rate at which >= target
+of the requests meet the SLO, pooled over runs of `num_requests` requests of each of `seeds`: the
+length of the fidelity stage's load runs too, so a load means one thing. Each (budget, SLO) cell is
+searched:
+- simulated on the same seeds, bisected to sim_rel_tol (exact, seconds);
+- measured by bisection to rel_tol, each probe one real run per seed of the same requests, starting
+  from a bracket of hi / lo = 1 + rel_tol around the simulated capacity with every step scaled by
+  the speed sentinel's reading before the cell's first probe (the machine as it runs now), widened
+  by `widen` steps until it holds the capacity: where the prediction is right, two probes decide it;
+- simulated again for each of `sim_seeds` alone (the spread over arrival draws that a few measured
+  seeds cannot show), and at steady_requests requests pooled over two seeds (how far a run of
+  num_requests is from steady state).
 
-A speed sentinel (calibration/sentinel.py) is read before every measured probe and after the
-last. The measured search starts from a bracket of hi / lo = 1 + rel_tol around the simulated
-capacity with every step scaled by the first reading (the machine as it runs now), widened by
-`widen` steps until it holds the capacity: where the prediction is right, two probes decide it,
-as precisely as more would. The simulated search runs again with every step scaled by the
-geometric mean of all the readings.
+The first cell (reference_budget, reference_slo) is the capacity every load of the chapter's
+measured sections is a fraction of (stages/common.measured_capacity reads its row first).
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import pandas as pd
 from chunklab.calibration.sentinel import SpeedSentinel, geometric_mean
 from chunklab.experiments import capacity
 from chunklab.experiments.compose import compose_run_config
+from chunklab.experiments.slo import describe
 from chunklab.experiments.sweep import run_grid
 from chunklab.stages.common import arguments, read_section, runs_dir, write_text
 from chunklab.stages.typed_yaml import Section
@@ -30,9 +36,14 @@ from chunklab.stages.typed_yaml import Section
 @Section
 class CapacityParams:
     workload: str
-    budget: int
+    budgets: list[int]
+    slos: list[str]  # conf/slo/ names; every cell is searched under each
+    reference_budget: int  # the cell every load of the measured sections is a fraction of
+    reference_slo: str
     num_requests: int
-    seed: int
+    seeds: list[int]  # every probe pools one run of each
+    sim_seeds: list[int]
+    steady_requests: int
     target: float
     rel_tol: float
     widen: float
@@ -44,67 +55,114 @@ class CapacityParams:
 PROBE_KEYS = capacity.PROBE_KEYS + ("noisy_steps_share", "step_time_vs_predicted_p50")
 
 
+def cells(p: CapacityParams) -> list[tuple[int, str]]:
+    """(budget, slo) in search order, the reference cell first."""
+    ref = (p.reference_budget, p.reference_slo)
+    return [ref] + [(b, s) for s in p.slos for b in p.budgets if (b, s) != ref]
+
+
 def run(p: CapacityParams, profile: Path, out_dir: Path, table_path: Path) -> None:
     """Writes out_dir (measured_vs_simulated.csv, sentinel_scaled.csv, probes.csv) and the table.
     profile: this machine's profile (engine.profile), named in the table's note as given."""
-    base = ["experiment=ch10", f"workload={p.workload}", "slowdown=false", f"engine.profile={profile}",
-            f"scheduler.budget={p.budget}", f"workload.num_requests={p.num_requests}",
-            f"workload.seed={p.seed}", *p.overrides]
-    sim_cfg = compose_run_config(base + ["tracking=none", "engine.executor=simulated"])
-    sim = capacity.search(sim_cfg, [p.seed], p.target, p.sim_rel_tol, processes=1)
-    conditions = []
-    sentinel = SpeedSentinel.for_run(compose_run_config(base))
-    readings = [sentinel.read().ratio]  # before every probe and after the last (calibration/sentinel.py)
+    if p.reference_budget not in p.budgets or p.reference_slo not in p.slos:
+        raise SystemExit(f"capacity: reference cell (budget {p.reference_budget}, slo {p.reference_slo}) "
+                         f"must be one of budgets {p.budgets} and slos {p.slos}")
+    common = ["experiment=ch10", f"workload={p.workload}", "slowdown=false", f"engine.profile={profile}",
+              f"workload.num_requests={p.num_requests}", *p.overrides]
+    sentinel = SpeedSentinel.for_run(compose_run_config(common))
+    readings: list[float] = []
+    conditions: list[str] = []
+    rows, probe_frames, slo_text = [], [], {}
+    for budget, slo in cells(p):
+        base = common + [f"scheduler.budget={budget}", f"slo={slo}"]
+        sim_base = base + ["tracking=none", "engine.executor=simulated"]
 
-    def measure(rate: float) -> dict:
-        res = run_grid("capacity", base + ["tracking.progress=false", "tracking.experiment_name=dvc_capacity"],
-                       [{"workload.rate_per_s": round(rate, 4)}], runs_dir())
-        readings.append(sentinel.read().ratio)
-        conditions.extend(res.conditions)
-        row = res.runs.iloc[0]
-        return ({"rate_per_s": float(row["rate_per_s"])} | {k: float(row.get(k, float("nan"))) for k in PROBE_KEYS}
-                | {"sentinel_ratio": geometric_mean(readings[-2:])})
+        def simulated(scale: float = 1.0, seeds: tuple[int, ...] = tuple(p.seeds), extra: tuple[str, ...] = ()):
+            cfg = compose_run_config(sim_base + [f"hardware.step_time_scale={scale}", *extra])
+            return capacity.search(cfg, list(seeds), p.target, p.sim_rel_tol, processes=1, start=(1.0, 16.0))
 
-    def simulated_at_speed(scale: float) -> capacity.Capacity:
-        """The same bisection with every predicted step `scale` times as long."""
-        scaled_cfg = compose_run_config(base + ["tracking=none", "engine.executor=simulated",
-                                                f"hardware.step_time_scale={scale}"])
-        return capacity.search(scaled_cfg, [p.seed], p.target, p.sim_rel_tol, processes=1, start=(1.0, 16.0))
+        slo_text[slo] = describe(compose_run_config(sim_base).slo)
+        cell_readings = [sentinel.read().ratio]
 
-    start = simulated_at_speed(readings[0]).rate_req_per_s
-    half = math.sqrt(1 + p.rel_tol)
-    real = capacity.bisect(measure, p.target, (start / half, start * half), p.rel_tol, widen=p.widen)
-    # The machine's speed over the whole search, and the simulated capacity at that speed.
-    scale = geometric_mean(readings)
-    scaled = simulated_at_speed(scale)
+        def measure(rate: float) -> dict:
+            """One run per seed at this rate; each key's mean over them (equal sizes: the pooled attainment)."""
+            res = run_grid("capacity", base + ["tracking.progress=false", "tracking.experiment_name=dvc_capacity"],
+                           [{"workload.rate_per_s": round(rate, 4), "workload.seed": s} for s in p.seeds], runs_dir())
+            cell_readings.append(sentinel.read().ratio)
+            conditions.extend(res.conditions)
+            runs = res.runs
+            return ({"rate_per_s": float(runs["rate_per_s"].iloc[0])}
+                    | {k: float(runs[k].mean()) if k in runs else float("nan") for k in PROBE_KEYS}
+                    | {"seeds_attainment": " ".join(f"{a:.3f}" for a in runs["slo_attainment"]),
+                       "sentinel_ratio": geometric_mean(cell_readings[-2:])})
+
+        sim = simulated()
+        start = simulated(cell_readings[0]).rate_req_per_s
+        half = math.sqrt(1 + p.rel_tol)
+        if start > 0:
+            real = capacity.bisect(measure, p.target, (start / half, start * half), p.rel_tol, widen=p.widen)
+        else:  # the simulation serves no rate within this SLO: halving from 1 req/s finds whether the machine does
+            real = capacity.bisect(measure, p.target, (1.0, 1.0 + p.rel_tol), p.rel_tol, widen=2.0)
+        readings.extend(cell_readings)
+        scale = geometric_mean(cell_readings)
+        per_seed = [simulated(seeds=(s,)).lo_req_per_s for s in p.sim_seeds]
+        steady = simulated(seeds=(1, 2), extra=(f"workload.num_requests={p.steady_requests}",)).lo_req_per_s
+        rows.append({"budget": budget, "slo": slo, "measured_req_per_s": real.lo_req_per_s,
+                     "measured_fails_at": real.hi_req_per_s, "simulated_req_per_s": sim.lo_req_per_s,
+                     "ratio": real.lo_req_per_s / sim.lo_req_per_s if sim.lo_req_per_s else math.nan,
+                     "sim_seeds_min": min(per_seed), "sim_seeds_median": float(pd.Series(per_seed).median()),
+                     "sim_seeds_max": max(per_seed), "sim_steady_req_per_s": steady,
+                     "sentinel_ratio": scale, "simulated_sentinel_scaled_req_per_s": simulated(scale).lo_req_per_s,
+                     "measured_probes": len(real.probes)})
+        probe_frames += [pd.DataFrame(real.probes).assign(executor="torch", budget=budget, slo=slo),
+                         pd.DataFrame(sim.probes).assign(executor="simulated", budget=budget, slo=slo)]
     out_dir.mkdir(parents=True, exist_ok=True)
-    table = pd.DataFrame([{"budget": p.budget, "measured_req_per_s": real.lo_req_per_s,
-                           "simulated_req_per_s": sim.lo_req_per_s,
-                           "ratio": real.lo_req_per_s / sim.lo_req_per_s}])
+    table = pd.DataFrame(rows)
     table.to_csv(out_dir / "measured_vs_simulated.csv", index=False, float_format="%.4g")
-    drift = table.assign(sentinel_ratio=scale, simulated_sentinel_scaled_req_per_s=scaled.lo_req_per_s,
-                         ratio_sentinel_scaled=real.lo_req_per_s / scaled.lo_req_per_s,
-                         sentinel_readings=" ".join(f"{r:.4f}" for r in readings))
+    drift = table[["budget", "slo", "measured_req_per_s", "simulated_req_per_s", "sentinel_ratio",
+                   "simulated_sentinel_scaled_req_per_s"]].assign(
+        ratio_sentinel_scaled=table["measured_req_per_s"] / table["simulated_sentinel_scaled_req_per_s"])
     drift.to_csv(out_dir / "sentinel_scaled.csv", index=False, float_format="%.4g")
-    probes = pd.concat([pd.DataFrame(real.probes).assign(executor="torch"),
-                        pd.DataFrame(sim.probes).assign(executor="simulated")])
-    probes.to_csv(out_dir / "probes.csv", index=False, float_format="%.5g")
-    detail = drift.drop(columns="sentinel_readings").assign(measured_fails_at=real.hi_req_per_s,
-                                                            simulated_fails_at=sim.hi_req_per_s)
-    note = (f"MEASURED and SIMULATED on this machine: {p.workload}, budget {p.budget}, one seed ({p.seed}) of "
-            f"{p.num_requests} requests per probe; capacity = the highest rate at which >= {p.target:.0%} of "
-            f"requests meet the SLO. Simulated with this machine's profile ({profile}), bisected to "
-            f"{p.sim_rel_tol:.1%}; measured by bisection to {p.rel_tol:.0%} from a bracket around the simulated "
-            f"capacity at the speed the sentinel read before the first probe ({start:.2f} req/s; "
-            f"{len(real.probes)} measured probes, each in outputs/capacity/probes.csv). Capacity lies between "
-            f"each pair of columns. Sentinel-scaled: the simulated search again, every predicted step times "
-            f"{scale:.3f}, the geometric mean of {len(readings)} speed-sentinel readings taken before each measured "
-            f"probe and after the last (a short serving replay on the real engine against the profile, over the same "
-            f"replay's reading right after calibration, {sentinel.baseline_ratio:.3f}; "
-            f"{min(readings):.3f}-{max(readings):.3f}).\n\nConditions: {conditions[0]}")
-    write_text(table_path, "### Capacity: measured against simulated, one machine\n\n"
-               + detail.to_markdown(index=False, floatfmt=".3f") + "\n\n" + note + "\n")
-    print(detail.to_string(index=False))
+    pd.concat(probe_frames).to_csv(out_dir / "probes.csv", index=False, float_format="%.5g")
+    write_text(table_path, markdown(p, table, slo_text, profile, readings, sentinel.baseline_ratio, conditions[0]))
+    print(table.to_string(index=False))
+
+
+def markdown(p: CapacityParams, table: pd.DataFrame, slo_text: dict[str, str], profile: Path,
+             readings: list[float], baseline: float, conditions: str) -> str:
+    """Two tables of at most 8 columns: measured against simulated, then the simulated spread."""
+    ref = table.iloc[0]
+    main = table[["slo", "budget", "measured_req_per_s", "measured_fails_at", "simulated_req_per_s", "ratio",
+                  "measured_probes"]].rename(columns={
+                      "measured_req_per_s": "measured (req/s)", "measured_fails_at": "measured fails at (req/s)",
+                      "simulated_req_per_s": "simulated (req/s)", "ratio": "measured / simulated",
+                      "measured_probes": "probes"})
+    spread = table[["slo", "budget", "sim_seeds_min", "sim_seeds_median", "sim_seeds_max", "sim_steady_req_per_s",
+                    "simulated_sentinel_scaled_req_per_s"]].rename(columns={
+                        "sim_seeds_min": "seeds min (req/s)", "sim_seeds_median": "seeds median (req/s)",
+                        "sim_seeds_max": "seeds max (req/s)",
+                        "sim_steady_req_per_s": f"{p.steady_requests} requests (req/s)",
+                        "simulated_sentinel_scaled_req_per_s": "sentinel-scaled (req/s)"})
+    slos = "; ".join(f"`{name}`: {text}" for name, text in slo_text.items())
+    return "\n\n".join([
+        "### Capacity per budget and SLO: measured against simulated, one machine",
+        f"Capacity: the highest Poisson rate at which >= {p.target:.0%} of the requests meet the SLO, pooled over "
+        f"one run of {p.num_requests} requests for each of seeds {', '.join(map(str, p.seeds))}; the fidelity "
+        "stage's load runs have the same length, and their loads are "
+        f"fractions of budget {p.reference_budget}'s capacity under `{p.reference_slo}` "
+        f"({ref['measured_req_per_s']:.2f} req/s measured). SLOs on this machine's profile: {slos}.",
+        main.to_markdown(index=False, floatfmt=".2f"),
+        f"Measured by bisection to {p.rel_tol:.0%} from a bracket around the simulated capacity at the speed the "
+        f"sentinel read before the cell's first probe; capacity lies between the measured columns. Simulated with "
+        f"this machine's profile ({profile}), bisected to {p.sim_rel_tol:.1%}. Every probe: "
+        "outputs/capacity/probes.csv.",
+        "SIMULATED spread: each of seeds " + ", ".join(map(str, p.sim_seeds)) + f" alone ({p.num_requests} requests); "
+        f"{p.steady_requests} requests pooled over seeds 1 and 2 (how far {p.num_requests} requests are from steady "
+        "state); and the measured seeds with every step scaled by the geometric mean of the speed sentinel's readings "
+        f"around the cell's probes ({min(readings):.3f}-{max(readings):.3f} over the reading right after calibration, "
+        f"{baseline:.3f}).",
+        spread.to_markdown(index=False, floatfmt=".2f"),
+        f"Conditions (first probe): {conditions}", ""])
 
 
 def main(argv: list[str] | None = None) -> None:

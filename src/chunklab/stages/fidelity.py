@@ -11,6 +11,7 @@ The tables and the prose around them: stages/fidelity_tables.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import pandas as pd
 from chunklab.experiments.compose import compose_run_config
 from chunklab.calibration.sentinel import SpeedSentinel, geometric_mean
 from chunklab.experiments.simulate import simulate_many, simulate_requests
+from chunklab.experiments.slo import is_scaled, scaled_seconds, step_times, with_multiples
 from chunklab.experiments.sweep import run_grid
 from chunklab.metrics.conditions import sim_conditions_line
 from chunklab.experiments.fidelity import drift_table, paired_errors, paired_table, repeat_floor
@@ -39,34 +41,71 @@ class FidelityTrace:
 @Section
 class FidelityParams:
     workload: str
-    num_requests: int
-    seed: int
+    num_requests: int  # as the capacity stage's probes: one run length, so a load means one thing
+    seeds: list[int]  # the first is repeated (the machine's noise, the simulation's points); the rest run once
     repeats: int
     budgets: list[int]
     loads: list[float]  # of this machine's measured capacity (the capacity stage's, budget 512)
     trace: FidelityTrace
+    shares: list[list[float]]  # [long-prompt share, budget, load]: cells of the sim_share map, measured too
+    slos: list[str]  # conf/slo/ names the report scores every run under, after the run (slos.json)
     processes: int
     mix_overrides: list[str] = no_overrides()
     overrides: list[str]
 
 
 def points(p: FidelityParams, capacity_req_per_s: float) -> list[tuple[str, float | None, dict]]:
-    """(label, load, overrides) of every point, named as paired.csv names them: each budget at each
-    load of this machine's measured capacity (the grid the report's budget table and claims read),
-    then the trace slice (load None: its own timestamps)."""
-    out = []
-    extra = lambda overrides: dict(o.split("=", 1) for o in overrides)  # noqa: E731
-    for load in p.loads:
-        for budget in p.budgets:
-            out.append((f"{p.workload} b{budget} load {load:g}", load,
-                        {"experiment": "ch10", "workload": p.workload, "workload.num_requests": p.num_requests,
-                         "workload.seed": p.seed, "workload.rate_per_s": round(load * capacity_req_per_s, 4),
-                         "scheduler.budget": budget} | extra(p.mix_overrides)))
+    """(label, load, overrides) of every repeated point, named as paired.csv names them: each budget at
+    each load of this machine's measured capacity with the first seed (the grid the fidelity tables
+    read), then the trace slice (load None: its own timestamps)."""
     t = p.trace
-    out.append((f"azure_conv b{t.budget} rows {t.start_offset}-{t.start_offset + t.rows}", None,
-                {"workload": "azure_conv", "slo": "ch10", "workload.num_requests": t.rows,
-                 "workload.trace.start_offset": t.start_offset, "scheduler.budget": t.budget}
-                | extra(t.overrides)))
+    return grid_points(p, capacity_req_per_s, p.seeds[:1]) + share_points(p, capacity_req_per_s) + [
+        (f"azure_conv b{t.budget} rows {t.start_offset}-{t.start_offset + t.rows}", None,
+         {"workload": "azure_conv", "slo": "ch10", "workload.num_requests": t.rows,
+          "workload.trace.start_offset": t.start_offset, "scheduler.budget": t.budget} | _pairs(t.overrides))]
+
+
+def grid_points(p: FidelityParams, capacity_req_per_s: float, seeds: list[int]) -> list[tuple[str, float, dict]]:
+    """Each budget at each load, per seed; the first seed's labels carry no seed (paired.csv's points)."""
+    out = []
+    for seed in seeds:
+        for load in p.loads:
+            for budget in p.budgets:
+                out.append((f"{p.workload} b{budget} load {load:g}" + ("" if seed == p.seeds[0] else f" seed {seed}"),
+                            load, {"experiment": "ch10", "workload": p.workload, "workload.num_requests": p.num_requests,
+                                   "workload.seed": seed, "workload.rate_per_s": round(load * capacity_req_per_s, 4),
+                                   "scheduler.budget": budget} | _pairs(p.mix_overrides)))
+    return out
+
+
+def share_points(p: FidelityParams, capacity_req_per_s: float) -> list[tuple[str, float, dict]]:
+    """The ch10 mix with another long-prompt share (class 0 long, class 1 short), first seed."""
+    out = []
+    for share, budget, load in p.shares:
+        out.append((f"{p.workload} b{int(budget)} load {load:g} long {100 * share:.0f}%", load,
+                    {"experiment": "ch10", "workload": p.workload, "workload.num_requests": p.num_requests,
+                     "workload.seed": p.seeds[0], "workload.rate_per_s": round(load * capacity_req_per_s, 4),
+                     "scheduler.budget": int(budget), "workload.classes.0.weight": share,
+                     "workload.classes.1.weight": round(1 - share, 6)} | _pairs(p.mix_overrides)))
+    return out
+
+
+def _pairs(overrides: list[str]) -> dict:
+    return dict(o.split("=", 1) for o in overrides)
+
+
+SLO_FACTORS = (0.5, 1.0, 2.0)  # a scaled SLO's multiples halved and doubled: does a verdict keep its direction?
+
+
+def scored_slos(p: FidelityParams, point: dict, base: list[str]) -> dict:
+    """{slo name: {factor: its bounds in seconds on this profile}} for the report, which scores every
+    measured request under each (an SLO applies after the run). An absolute SLO has factor 1 only."""
+    out = {}
+    for name in p.slos:
+        cfg = compose_run_config(base + [f"{k}={v}" for k, v in point.items()] + [f"slo={name}"])
+        factors = SLO_FACTORS if is_scaled(cfg.slo) else (1.0,)
+        times = step_times(cfg.model, cfg.engine, cfg.hardware, cfg.scheduler, cfg.workload)
+        out[name] = {f"{f:g}": dataclasses.asdict(scaled_seconds(with_multiples(cfg.slo, f), times)) for f in factors}
     return out
 
 
@@ -89,8 +128,11 @@ def run(p: FidelityParams, profile: Path, probe_only_profile: Path, capacity_csv
             f"engine.profile={profile}", *p.overrides]
     capacity = measured_capacity(capacity_csv)
     pts = [(label, pt) for label, _, pt in points(p, capacity)]
-    loads = {label: load for label, load, _ in points(p, capacity)}
-    order = [(r, label, pt) for r in range(p.repeats) for label, pt in pts]  # repeats outermost: drift hits all
+    others = grid_points(p, capacity, p.seeds[1:])  # the other seeds: measured once, for the report's paired claims
+    loads = {label: load for label, load, _ in points(p, capacity) + others}
+    # repeats outermost, so a slow spell hits every point alike; the other seeds ride with the first repeat
+    order = ([(0, label, pt) for label, pt in pts] + [(0, label, pt) for label, _, pt in others]
+             + [(r, label, pt) for r in range(1, p.repeats) for label, pt in pts])
     sentinel = SpeedSentinel.for_run(compose_run_config(base))
     readings = []
     read = lambda i: readings.append(sentinel.read()) or {"sentinel_before": readings[-1].ratio}  # noqa: E731
@@ -103,12 +145,19 @@ def run(p: FidelityParams, profile: Path, probe_only_profile: Path, capacity_csv
     res.runs.insert(0, "repeat", [r for r, _, _ in order])
     res.runs.insert(0, "point", labels)
     res.runs["load"] = [loads[label] for label in labels]  # of the measured capacity
+    shares = {label: pt.get("workload.classes.0.weight") for label, _, pt in share_points(p, capacity)}
+    res.runs["long_share"] = [shares.get(label) for label in labels]  # set only on the share cells
     res.runs["measured_capacity_req_per_s"] = capacity
     res.requests.insert(0, "repeat", res.requests["run"].map(lambda i: order[i][0]))
     res.requests.insert(0, "point", res.requests["run"].map(lambda i: labels[i]))
+    every = res  # every measured run, written whole; the comparisons below read the repeated points
+    repeated = res.runs["point"].isin([label for label, _ in pts])
+    order = [o for o, keep in zip(order, repeated) if keep]
+    res = dataclasses.replace(res, runs=res.runs[repeated].reset_index(drop=True),
+                              requests=res.requests[res.requests["point"].isin([label for label, _ in pts])])
     # Simulated at the very rates the measured runs resolved (same seed, same requests).
     rates = res.runs.groupby("point", sort=False)["rate_per_s"].first()
-    sims, paired, tables, errors, runs = {}, {}, {}, {}, [res.runs.assign(executor="torch")]
+    sims, paired, tables, errors, runs = {}, {}, {}, {}, [every.runs.assign(executor="torch")]
     for fit, fit_profile in profiles.items():
         sim_base = ["tracking=none", "slowdown=false", f"engine.profile={fit_profile}", *p.overrides]
         cfgs = [sim_config(sim_base, pt) for _, pt in pts]
@@ -145,7 +194,7 @@ def run(p: FidelityParams, profile: Path, probe_only_profile: Path, capacity_csv
                     + (f", each reading over the sentinel's right after calibration, {sentinel.baseline_ratio:.3f}"
                        if column == "sentinel_ratio" else ""))
     drift = drift_table(res.runs, {"": errors["probe + serving"]} | {name: errors[name] for name in SCALED})
-    steps = res.steps.assign(point=res.steps["run"].map(lambda i: labels[i]))
+    steps = every.steps.assign(point=every.steps["run"].map(lambda i: labels[i]))
     step_err = step_errors(steps, profile)
     paired["probe + serving"][["point", "metric", "median_rel_error", "p90_rel_error", "n"]].to_csv(
         out_dir / "paired.csv", index=False, float_format="%.4g")
@@ -156,9 +205,10 @@ def run(p: FidelityParams, profile: Path, probe_only_profile: Path, capacity_csv
     table.to_csv(out_dir / "fidelity.csv", index=False, float_format="%.6g")
     tables[SENTINEL].to_csv(out_dir / "fidelity_sentinel_scaled.csv", index=False, float_format="%.6g")
     pd.concat(runs).to_csv(out_dir / "runs.csv", index=False, float_format="%.6g")
-    res.requests.drop(columns=["gaps_s"]).to_csv(out_dir / "requests_measured.csv", index=False, float_format="%.6g")
+    every.requests.to_csv(out_dir / "requests_measured.csv", index=False, float_format="%.6g")  # with gaps: the report rescores SLOs
     step_err.to_csv(out_dir / "step_error.csv", index=False, float_format="%.4g")
     drift.to_csv(out_dir / "drift.csv", index=False, float_format="%.4g")
+    write_json(out_dir / "slos.json", scored_slos(p, pts[0][1], base))
     lines = {"measured": res.conditions[0]} | cond_lines
     (out_dir / "conditions.json").write_text(json.dumps(lines, indent=2) + "\n")
     write_json(out_dir / "metrics.json", metrics(paired["probe + serving"], table, floor)

@@ -44,7 +44,9 @@ def run(p: PrefillSplitParams, csv_path: Path, conditions_path: Path) -> None:
         med = statistics.median(times)
         rows.append({"attention": impl, "chunk_tokens": chunk, "passes": -(-p.prompt_tokens // chunk),
                      "median_ms": 1e3 * med, "min_ms": 1e3 * min(times), "max_ms": 1e3 * max(times),
-                     "gflops": flops / med / 1e9, "fraction_of_matmul": flops / med / 1e9 / peak})
+                     "gflops": flops / med / 1e9, "fraction_of_matmul": flops / med / 1e9 / peak,
+                     # each timed round's, in round order (rounds interleave every configuration: paired)
+                     "times_ms": " ".join(f"{1e3 * t:.3f}" for t in times)})
         print(f"{impl:>5} chunk {chunk:>5}: {1e3 * med:8.1f} ms", flush=True)
     csv_path.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(csv_path, index=False, float_format="%.4f")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from chunklab.report import chapter, figures, tables
-from chunklab.report.claim_text import chapter_metrics
+from chunklab.report.claim_text import chapter_metrics, grid_only
 from chunklab.report.writeup import report as writeup
 from chunklab.stages.sim_figures import make_simulated_plots, read_plot_params
 
@@ -41,7 +41,7 @@ class Measured:
 def load(split_csv: Path, split_conditions: Path, token_budget_dir: Path, fidelity_dir: Path) -> Measured:
     tb, fid = token_budget_dir, fidelity_dir
     fid_runs = pd.read_csv(fid / "runs.csv")
-    grid = fid_runs[(fid_runs["executor"] == "torch") & fid_runs["load"].notna()].reset_index(drop=True)
+    grid = grid_only(fid_runs[(fid_runs["executor"] == "torch") & fid_runs["load"].notna()]).reset_index(drop=True)
     grid = grid.assign(intensity=grid["load"].map(lambda x: f"load {x:g} of measured capacity"))
     return Measured(pd.read_csv(split_csv), pd.read_csv(tb / "runs.csv"), pd.read_csv(tb / "requests.csv"),
                     pd.read_csv(tb / "tokens.csv"), json.loads(split_conditions.read_text()),

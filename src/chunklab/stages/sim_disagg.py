@@ -65,7 +65,9 @@ COLOCATED, DISAGG, TIE, NONE = "colocated", "disaggregated", "tie", "none"
 
 
 def scaled(slo: SloConfig, scale: float) -> SloConfig:
-    return SloConfig(*(None if v is None else v * scale for v in dataclasses.astuple(slo)))
+    """The SLO's seconds times scale (its absolute bounds: the disagg SLOs give no multiples)."""
+    return dataclasses.replace(slo, **{k: None if v is None else v * scale for k, v in
+                                       (("ttft_s", slo.ttft_s), ("tpot_s", slo.tpot_s), ("itl_p99_s", slo.itl_p99_s))})
 
 
 def slo_sets(p: SimDisaggParams, model: str, hardware: str, scale: float) -> dict[str, SloConfig]:
