@@ -29,7 +29,8 @@ TINY = {
                       "static_prompt_tokens": 16, "static_new_tokens": 4, "static_budget": 8192, "serve_requests": 4, "serve_repeats": 2,
                       "rate_per_s": 8.0, "seed": 3, "budgets": [16, 8192]}},
     "capacity": {"num_requests": 6, "overrides": MICRO_MIX, "rel_tol": 0.5, "sim_rel_tol": 0.1, "widen": 4.0,
-                 "budgets": [16, 8192], "reference_budget": 16, "seeds": [3], "sim_seeds": [3, 4], "steady_requests": 20},
+                 "budgets": [16, 8192], "reference_budget": 16, "seeds": [3],
+                 "extra_cells": [[16, "ch10"]], "sim_seeds": [3, 4], "steady_requests": 20},
     "sim": {"seeds": [1, 2], "num_requests": 30, "overrides": MICRO_MIX},
     "sim_tuning": {"workloads": ["ch10_mixed"], "n_trials": 2},
     "sim_capacity": {"workloads": ["ch10_mixed"], "budgets": [16, 8192], "rel_tol": 0.5},
@@ -42,7 +43,8 @@ TINY = {
     "clocks": {"num_requests": 6, "repeats": 2, "loads": [0.5], "overrides": MICRO_MIX},
     "sim_share": {"shares": [0.1, 0.5], "budgets": [16, 8192], "num_requests": 20, "seeds": [3, 4], "rel_tol": 0.2,
                   "overrides": MICRO_MIX},
-    "cluster": {"num_requests": 8, "repeats": 2, "loads": [0.5], "link_repeats": 2, "overrides": MICRO_MIX},
+    "cluster": {"num_requests": 8, "repeats": 2, "loads": [0.5], "link_repeats": 2, "overrides": MICRO_MIX,
+                "capacity_cell": [16, "ch10"]},
     "sim_disagg": {"pairs": [["llama3_8b", "h100", 1.0]], "gpus": [2], "workloads": ["ch10_production", "azure_conv"],
                    "num_requests": 40, "loads": [1.0, 2.0], "verdict_loads": [1.0], "throughput_load": 2.0,
                    "budgets": [512], "links": ["nvlink4"], "capacity_rel_tol": 0.2},
@@ -64,7 +66,7 @@ EXPECTED = [
                                          "metrics_vs_budget", "ttft_by_class", "fidelity", "budget_by_load")],
     "outputs/REPORT.md", "outputs/perf.csv", "outputs/perf_end_to_end.csv", "outputs/tables/perf.md",
     "outputs/capacity/measured_vs_simulated.csv", "outputs/capacity/probes.csv", "outputs/capacity/sentinel_scaled.csv",
-    "outputs/tables/capacity.md", "outputs/tables/token_budget_seeds.md",
+    "outputs/tables/capacity.md", 
     "outputs/simulated/tuning/best_ch10_mixed.yaml", "outputs/simulated/tuning/trials.csv",
     "outputs/simulated/capacity/capacity.csv", "outputs/simulated/capacity/probes.csv",
     "outputs/simulated/maps/cells.csv", "outputs/plots/simulated/best_budget.png",
@@ -128,7 +130,7 @@ def test_dvc_repro_smoke(tmp_path):
     paired = (repo / "outputs/fidelity/paired.csv").read_text().splitlines()
     assert paired[0] == "point,metric,median_rel_error,p90_rel_error,n" and len(paired) == 1 + 3 * 6  # 6 points x 3 metrics
     cap = (repo / "outputs/capacity/measured_vs_simulated.csv").read_text().splitlines()
-    assert cap[0].startswith("budget,slo,measured_req_per_s,") and len(cap) == 1 + 2 * 2  # budgets x SLOs
+    assert cap[0].startswith("budget,slo,measured_req_per_s,") and len(cap) == 1 + 2 * 2 + 1  # budgets x SLOs + the extra cell
     assert cap[1].startswith("16,chapter_scaled,")  # the reference cell first: every load is a fraction of it
     drift = (repo / "outputs/fidelity/drift.csv").read_text().splitlines()
     assert drift[0].startswith("point,repeat,sentinel_ratio,step_time_vs_predicted_p50,") and len(drift) == 1 + 6 * 2  # (2 budgets x 2 loads + a share cell + the trace) x 2 repeats
@@ -139,9 +141,14 @@ def test_dvc_repro_smoke(tmp_path):
     # DVC's own views work: metrics (show, and diff against the committed state) and plots.
     shown = subprocess.run([dvc, "metrics", "show", "--json"], cwd=repo, env=env, capture_output=True, text=True)
     assert shown.returncode == 0, shown.stderr
+    def keys(tree: dict, prefix: str = "") -> set[str]:  # dotted, as `dvc metrics show` prints them
+        return set().union(*[keys(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}"}
+                             for k, v in tree.items()]) if tree else set()
     metrics = {k for doc in json.loads(shown.stdout).values() for f in doc["data"].values()
-               for k in f.get("data", {})}
-    assert {"held_out_serving_median_rel_error", "percentile_rows_meeting_goal", "simulated_speedup"} <= metrics
+               for k in keys(f.get("data", {}))}
+    assert {"held_out_serving_median_rel_error", "fidelity.as_run.percentile_rows_meeting_goal",
+            "simulated_speedup", "sim_share.crossover_share.stall_scaled"} <= metrics
+    assert all(" " not in k for k in metrics), [k for k in metrics if " " in k]  # short keys, no sentences
     unreadable = [p for doc in json.loads(shown.stdout).values() for p, f in doc["data"].items() if "error" in f]
     assert unreadable == []  # every declared metrics file parses (a markdown table does not)
     assert subprocess.run([dvc, "metrics", "diff"], cwd=repo, env=env, capture_output=True).returncode == 0

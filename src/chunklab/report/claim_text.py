@@ -11,6 +11,7 @@ import pandas as pd
 
 from chunklab.config import SloConfig
 from chunklab.metrics.paired import LEVEL, MIN_EFFECT, RESAMPLES
+from chunklab.metrics.summary import meets_slo_table
 from chunklab.report.claims import NA, SCORE, budget_verdicts, slo_verdicts, split_verdicts, verdict_table
 from chunklab.report.disagg_text import disagg_metrics
 from chunklab.report.production import production_metrics
@@ -153,12 +154,32 @@ def claim_findings(runs: pd.DataFrame, split: pd.DataFrame, outputs: Path) -> li
                   "largest (an SLO applies after the run: the same requests scored under each). The last two "
                   "columns repeat the verdict with a scaled SLO's multiples halved and doubled.",
                   robustness_table(within)]
+    top = top_load_line(grid, scored_slos(outputs))
+    if top:
+        lines.append(top)
     if undecided:
         lines.append(f"No verdict at {', '.join(undecided)}: one budget was measured there.")
     share = prefill_step_share(grid_runs(outputs))
     if share:
         lines.append(share)
     return lines
+
+
+def top_load_line(grid: pd.DataFrame, slos: dict[str, dict[str, SloConfig]], target: float = 0.9) -> str:
+    """Is the grid's highest load past capacity? Per SLO and budget, the share of its requests within the
+    SLO at that load (every seed pooled), against the capacity target."""
+    if grid.empty or not slos:
+        return ""
+    top = grid[grid["load"] == max(grid["load"].unique(), key=lambda label: float(label.split()[1]))]
+    parts = []
+    for name, by_factor in slos.items():
+        shares = {int(b): float(meets_slo_table(g, by_factor["1"]).mean()) for b, g in top.groupby("budget")}
+        past = [b for b, share in shares.items() if share < target]
+        parts.append(f"`{name}`: " + ", ".join(f"{b}: {100 * share:.0f}%" for b, share in shares.items())
+                     + (f" (past capacity at budget{'s' if len(past) > 1 else ''} {', '.join(map(str, past))})"
+                        if past else " (within capacity at every budget)"))
+    return (f"At the grid's highest load, {top['load'].iloc[0]}, the share of requests within each SLO by budget "
+            f"(every seed; capacity is {target:.0%}): " + "; ".join(parts) + ".")
 
 
 def robustness_table(within: pd.DataFrame) -> str:

@@ -47,11 +47,11 @@ def _gaps(arm: pd.DataFrame) -> list[np.ndarray]:
 
 FINISHED = lambda d: (d["status_small"] == "finished") & (d["status_large"] == "finished")  # noqa: E731
 BUDGET_CLAIMS = (
-    Claim("worst_stall", "the worst stall shrinks", "lower", "ms", FINISHED,
+    Claim("worst_stall", "the worst stall (the longest gap of any request, every seed) shrinks", "lower", "ms", FINISHED,
           lambda arm: of_values(arm["max_gap_s"].fillna(0.0), np.max)),
-    Claim("typical_itl", "typical ITL (per-gap p50) rises", "higher", "ms", FINISHED,
+    Claim("typical_itl", "typical ITL (p50 of every gap, every seed) rises", "higher", "ms", FINISHED,
           lambda arm: of_pooled(_gaps(arm), np.median)),
-    Claim("chunked_ttft", "the chunked (long-prompt) request's own TTFT p50 grows", "higher", "s",
+    Claim("chunked_ttft", "the chunked (long-prompt) requests' own TTFT p50 (every seed) grows", "higher", "s",
           lambda d: FINISHED(d) & (d["label_small"] == "long"), lambda arm: of_values(arm["ttft_s"], np.median)),
 )
 

@@ -110,3 +110,49 @@ def write(table: pd.DataFrame, path: Path, title: str, notes: list[str]) -> str:
           + "\n\n".join([*left_out, *notes, *([link] if link else [])]) + "\n")
     path.with_suffix(".md").write_text(md)
     return md
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text.rstrip("%x").replace(",", ""))
+        return True
+    except ValueError:
+        return False
+
+
+KEY_HEADERS = {"budget", "load", "repeat", "seed", "gpus", "rate_per_s", "rate (req/s)"}  # numbers that name a row
+
+
+def narrow_markdown(text: str) -> str:
+    """Every pipe table in text wider than MAX_COLUMNS split into parts that repeat its identifying
+    columns (the first, and up to two more that hold labels or KEY_HEADERS): what a stage printed whole
+    stays in its CSV, the report shows it in readable widths."""
+    lines, out, i = text.split("\n"), [], 0
+    while i < len(lines):
+        if not (lines[i].startswith("|") and i + 1 < len(lines) and set(lines[i + 1]) <= set("|:- ")):
+            out.append(lines[i])
+            i += 1
+            continue
+        j = i
+        while j < len(lines) and lines[j].startswith("|"):
+            j += 1
+        rows = [_cells(line) for line in lines[i:j]]
+        width = len(rows[0])
+        if width <= MAX_COLUMNS or any(len(r) != width for r in rows):
+            out += lines[i:j]
+        else:
+            body, ids = rows[2:], 1
+            while ids < 3 and (rows[0][ids].strip("` ").lower() in KEY_HEADERS
+                               or not any(_is_number(r[ids]) for r in body)):
+                ids += 1
+            step = MAX_COLUMNS - ids
+            for k in range(ids, width, step):
+                keep = list(range(ids)) + list(range(k, min(k + step, width)))
+                out += ["| " + " | ".join(r[c] for c in keep) + " |" for r in rows] + [""]
+            out.pop()
+        i = j
+    return "\n".join(out)

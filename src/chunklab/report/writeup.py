@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from chunklab.report import chapter
+from chunklab.report.tables import narrow_markdown
 from chunklab.experiments.slo import describe
 from chunklab.report.claim_text import (CLAIMS_HEADING, all_verdicts, capacity_table, claim_findings, grid_runs,
                                         measured_capacity, scored_slos)
@@ -60,12 +61,15 @@ def split_cost_note(split: pd.DataFrame, outputs: Path) -> list[str]:
 
 
 def budget_findings(runs: pd.DataFrame, size: str) -> list[str]:
-    """The numbers at the chapter's rate, smallest budget against largest (the verdicts are claims.py's)."""
-    budgets = sorted(runs[runs["size"] == size]["budget"].unique())
+    """The numbers at the chapter's rate, smallest budget against largest: the medians the repeats table
+    above prints (the repeated seed's runs), so that each quantity has one value in the report."""
+    sel = runs[runs["size"] == size]
+    runs = sel[sel["seed"] == sel["seed"].min()]  # as make_tables' token_budget_large
+    budgets = sorted(runs["budget"].unique())
     lo, hi = budgets[0], budgets[-1]
     m = lambda b, k: _med(runs, size, b, k)  # noqa: E731
     return [
-        f"- Medians over every run at the chapter's rate: TTFT p50 {m(hi, 'ttft_p50_s'):.3f} s at budget {hi}, "
+        f"- Medians over the repeats above (seed {int(runs['seed'].min())}): TTFT p50 {m(hi, 'ttft_p50_s'):.3f} s at budget {hi}, "
         f"{m(lo, 'ttft_p50_s'):.3f} s at budget {lo}; output throughput {m(hi, 'output_tokens_per_s'):.0f} and "
         f"{m(lo, 'output_tokens_per_s'):.0f} tok/s; goodput {m(hi, 'goodput_req_per_s'):.3f} and "
         f"{m(lo, 'goodput_req_per_s'):.3f} req/s; worst stall {1e3 * m(hi, 'worst_stall_s'):.0f} and "
@@ -253,7 +257,7 @@ def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) ->
         *slo_section(outputs),
         "## Prefill split (measured)", *m("prefill_split"), *prefill_findings(split), *split_cost_note(split, outputs),
         "![prefill split](plots/prefill_split.png)",
-        "## Token budget (measured)", *m("token_budget_large"), t("token_budget_seeds"),
+        "## Token budget (measured)", *m("token_budget_large"),
         *budget_findings(runs, "large"), *m("token_budget_loads"), "![budget by load](plots/budget_by_load.png)",
         *claim_findings(runs, split, outputs),
         *m("token_budget_small"), t("token_budget_chapter"),
@@ -293,4 +297,4 @@ def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) ->
         "![timeline](plots/timeline.png)", "![metrics vs budget](plots/metrics_vs_budget.png)",
         "![TTFT by class](plots/ttft_by_class.png)",
     ]
-    return "\n\n".join(parts) + "\n"
+    return narrow_markdown("\n\n".join(parts)) + "\n"

@@ -1,6 +1,6 @@
 """Stage cluster (measured, then simulated): this machine's two cores as three arms (ARMS), on the
 same ch10 requests at loads of the measured capacity (outputs/capacity/, the single engine's at budget
-512), each repeated (same seed: the machine's noise); then each arm's simulated twin with this
+512 under the chapter's SLO: capacity_cell), each repeated (same seed: the machine's noise); then each arm's simulated twin with this
 machine's profile and the shm link that this stage times first (experiments/shm_link.py; the twins
 take conf/link/shm.yaml's preset with this repro's fit, written beside the outputs as shm.yaml: the
 committed preset is a copy of one, conf/ being every stage's dependency). Per request, paired TTFT and E2E errors of simulated vs measured beside the
@@ -42,7 +42,8 @@ class ClusterParams:
     num_requests: int
     seed: int
     repeats: int
-    loads: list[float]  # of this machine's measured capacity (the capacity stage's, budget 512)
+    loads: list[float]  # of this machine's measured capacity at capacity_cell (the capacity stage's)
+    capacity_cell: list  # [budget, slo]: the runs' SLO is the chapter's (conf default), so its capacity
     link_repeats: int  # timed transfers per size of the shm link
     processes: int  # simulated runs in parallel
     overrides: list[str] = no_overrides()
@@ -114,7 +115,7 @@ def run(p: ClusterParams, profile: Path, capacity_csv: Path, out_dir: Path, tabl
     pd.DataFrame(link_rows).to_csv(out_dir / "shm_link.csv", index=False, float_format="%.6g")
     write_text(out_dir / "shm.yaml", link_preset(fit, link_conditions(model)))
 
-    capacity = measured_capacity(capacity_csv)
+    capacity = measured_capacity(capacity_csv, int(p.capacity_cell[0]), str(p.capacity_cell[1]))
     workload = {"workload": p.workload, "workload.num_requests": p.num_requests, "workload.seed": p.seed}
     pts = [(f"{arm} load {load:g}", arm, load, workload | {"workload.rate_per_s": round(load * capacity, 4)} | ARMS[arm])
            for load in p.loads for arm in ARMS]
@@ -151,20 +152,24 @@ def run(p: ClusterParams, profile: Path, capacity_csv: Path, out_dir: Path, tabl
     arms.to_csv(out_dir / "arms.csv", index=False, float_format="%.4g")
     res.requests.to_csv(out_dir / "requests_measured.csv", index=False, float_format="%.6g")
     lines = {"measured": res.conditions[0], "simulated": sim_conditions_line(cfgs[-1]),
-             "shm link": link_conditions(model), "capacity_req_per_s": f"{capacity:.4g}",
+             "shm link": link_conditions(model),
+             "capacity_req_per_s": f"{capacity:.4g} (budget {p.capacity_cell[0]}, slo={p.capacity_cell[1]}, measured)",
              "instances' step time scale": f"{scale:.3f} (sentinel on one pinned core and thread {one:.3f}, "
                                            f"on both cores {two:.3f}; the twins of replicas and pd)",
              "coordinator CPU": coordinator_line(runs)}
     write_json(out_dir / "conditions.json", lines)
-    metrics = {"shm_bandwidth_gb_per_s": fit.bandwidth_gb_per_s, "shm_latency_s": fit.latency_s, "shm_r2": fit.r2,
-               "one_thread_step_time_scale": scale}
+    # dvc metrics show: cluster.shm.*, cluster.<arm>.load_<x>.<metric>.{paired_error,floor,measured_median}
+    cluster: dict = {"shm": {"bandwidth_gb_per_s": fit.bandwidth_gb_per_s, "latency_s": fit.latency_s, "r2": fit.r2},
+                     "one_thread_step_time_scale": scale}
     for row in table.itertuples():
-        metrics[f"{row.point} {row.metric} paired median error"] = row.median_rel_error
-        metrics[f"{row.point} {row.metric} floor median error"] = row.median_rel_error_floor
+        arm, load = row.point.split(" load ")
+        cell = cluster.setdefault(arm, {}).setdefault(f"load_{load.replace('.', '_')}", {}).setdefault(row.metric, {})
+        cell |= {"paired_error": row.median_rel_error, "floor": row.median_rel_error_floor}
     for row in arms[arms.executor == "measured"].itertuples():
+        at = cluster.setdefault(row.arm, {}).setdefault(f"load_{f'{row.load:g}'.replace('.', '_')}", {})
         for metric in ARM_METRICS:
-            metrics[f"measured {row.arm} load {row.load:g} {metric} median"] = getattr(row, metric)
-    write_json(out_dir / "metrics.json", metrics)
+            at.setdefault(metric, {})["measured_median"] = getattr(row, metric)
+    write_json(out_dir / "metrics.json", {"cluster": cluster})
     md = markdown(table, arms, fit, lines)
     write_text(table_path, md)
     print(md)

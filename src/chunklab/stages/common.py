@@ -60,9 +60,17 @@ def write_text(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def measured_capacity(capacity_csv: Path) -> float:
-    """This machine's measured capacity (req/s, budget 512) from the capacity stage's table."""
-    return float(pd.read_csv(capacity_csv)["measured_req_per_s"].iloc[0])
+def measured_capacity(capacity_csv: Path, budget: int | None = None, slo: str | None = None) -> float:
+    """This machine's measured capacity (req/s) from the capacity stage's table: the reference cell (its
+    first row), or the cell of this budget and SLO."""
+    table = pd.read_csv(capacity_csv)
+    if budget is None and slo is None:
+        return float(table["measured_req_per_s"].iloc[0])
+    row = table[(table["budget"] == budget) & (table["slo"] == slo)]
+    if row.empty:
+        raise SystemExit(f"{capacity_csv}: no capacity measured at budget {budget} under slo={slo} "
+                         "(params.yaml capacity.extra_cells)")
+    return float(row["measured_req_per_s"].iloc[0])
 
 
 def profile_machine(profile: Path) -> str:

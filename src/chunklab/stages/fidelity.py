@@ -130,17 +130,26 @@ def run(p: FidelityParams, profile: Path, probe_only_profile: Path, capacity_csv
     pts = [(label, pt) for label, _, pt in points(p, capacity)]
     others = grid_points(p, capacity, p.seeds[1:])  # the other seeds: measured once, for the report's paired claims
     loads = {label: load for label, load, _ in points(p, capacity) + others}
-    # repeats outermost, so a slow spell hits every point alike; the other seeds ride with the first repeat
-    order = ([(0, label, pt) for label, pt in pts] + [(0, label, pt) for label, _, pt in others]
-             + [(r, label, pt) for r in range(1, p.repeats) for label, pt in pts])
+    # repeats outermost, so a slow spell hits every point alike; then the other seeds, once each
+    order = ([(r, label, pt) for r in range(p.repeats) for label, pt in pts]
+             + [(0, label, pt) for label, _, pt in others])
+    n_repeated = p.repeats * len(pts)  # the runs the simulations are compared with, each between two sentinel readings
     sentinel = SpeedSentinel.for_run(compose_run_config(base))
     readings = []
-    read = lambda i: readings.append(sentinel.read()) or {"sentinel_before": readings[-1].ratio}  # noqa: E731
+
+    def read(i: int) -> dict:
+        if i <= n_repeated:  # before each repeated run, and once after the last (before the other seeds)
+            readings.append(sentinel.read())
+        return {"sentinel_before": readings[-1].ratio} if i < n_repeated else {}
+
     res = run_grid("fidelity", base, [pt for _, _, pt in order], runs_dir(), keep_steps=True, before_each=read)
-    read(len(order))  # after the last run
-    # each run's speed: the geometric mean of the sentinels read just before and just after it
-    res.runs["sentinel_after"] = [r.ratio for r in readings[1:]]
-    res.runs["sentinel_ratio"] = [geometric_mean([a.ratio, b.ratio]) for a, b in zip(readings, readings[1:])]
+    if len(readings) == n_repeated:  # no other seeds: the reading after the last run
+        read(n_repeated)
+    # each repeated run's speed: the geometric mean of the sentinels read just before and just after it
+    after = [r.ratio for r in readings[1:]] + [float("nan")] * len(others)
+    res.runs["sentinel_after"] = after
+    res.runs["sentinel_ratio"] = [geometric_mean([a.ratio, b.ratio]) for a, b in zip(readings, readings[1:])] + [
+        float("nan")] * len(others)
     labels = [label for _, label, _ in order]
     res.runs.insert(0, "repeat", [r for r, _, _ in order])
     res.runs.insert(0, "point", labels)
@@ -211,8 +220,9 @@ def run(p: FidelityParams, profile: Path, probe_only_profile: Path, capacity_csv
     write_json(out_dir / "slos.json", scored_slos(p, pts[0][1], base))
     lines = {"measured": res.conditions[0]} | cond_lines
     (out_dir / "conditions.json").write_text(json.dumps(lines, indent=2) + "\n")
-    write_json(out_dir / "metrics.json", metrics(paired["probe + serving"], table, floor)
-               | {f"{k} ({SENTINEL})": v for k, v in metrics(paired[SENTINEL], tables[SENTINEL], floor).items()})
+    write_json(out_dir / "metrics.json", {"fidelity": {  # dvc metrics show: fidelity.<simulation>.<key>
+        "as_run": metrics(paired["probe + serving"], table, floor),
+        "sentinel_scaled": metrics(paired[SENTINEL], tables[SENTINEL], floor)}})
     md = markdown(p, paired, floor, tables, step_err, drift, lines)
     write_text(table_path, md)
     print(md)

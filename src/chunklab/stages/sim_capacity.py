@@ -55,8 +55,11 @@ def run(p: SimCapacityParams, sim: SimParams, profile: Path, tuning_dir: Path, o
                   flush=True)
     caps, probes = pd.DataFrame(caps), pd.DataFrame(probes)
     caps.to_csv(out_dir / "capacity.csv", index=False, float_format="%.6g")
-    write_json(out_dir / "metrics.json", {f"{r.workload} {r.setting}": round(float(r.capacity_req_per_s), 4)
-                                          for r in caps.itertuples()})
+    nested: dict = {}  # dvc metrics show: sim_capacity.<workload>.b<budget> | tuned (req/s)
+    for r in caps.itertuples():
+        key = "tuned" if r.setting.startswith("tuned") else f"b{r.budget}"
+        nested.setdefault(r.workload, {})[key] = round(float(r.capacity_req_per_s), 4)
+    write_json(out_dir / "metrics.json", {"sim_capacity": nested})
     probes.to_csv(out_dir / "probes.csv", index=False, float_format="%.6g")
     table = caps[["workload", "setting", "capacity_req_per_s", "fails_at_req_per_s", "hi_over_lo"]].rename(columns={
         "capacity_req_per_s": "capacity (req/s): passes", "fails_at_req_per_s": "fails at (req/s)"})

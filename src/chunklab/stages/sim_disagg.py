@@ -229,15 +229,15 @@ def best(runs: pd.DataFrame) -> pd.Series:
 def stage_metrics(winners: pd.DataFrame, num_runs: int) -> dict[str, float]:
     """For `dvc metrics show` (SIMULATED): per SLO set, the share of points each side wins; the largest
     gain of disaggregation over colocation, per GPU, where colocation serves MIN_COLOCATED_SHARE in SLO."""
-    out: dict[str, float] = {"sim_disagg runs": num_runs, "sim_disagg points": len(winners)}
+    # dvc metrics show: sim_disagg.runs, sim_disagg.won.<slo>.<side> (share of points),
+    # sim_disagg.largest_gain (disaggregated over colocated goodput per GPU, colocated >= MIN_COLOCATED_SHARE in SLO)
+    out: dict = {"runs": num_runs, "points": len(winners), "won": {}}
     for slo, w in winners.groupby("slo", sort=False):
-        for side in (COLOCATED, DISAGG, TIE, NONE):
-            out[f"sim_disagg {slo}: share of points won by {side}"] = round(float((w["winner"] == side).mean()), 4)
+        out["won"][slo] = {side: round(float((w["winner"] == side).mean()), 4) for side in (COLOCATED, DISAGG, TIE, NONE)}
     served = winners[winners["colocated_share_in_slo"] >= MIN_COLOCATED_SHARE]
     finite = served["disagg_over_colocated"].replace(float("inf"), float("nan")).dropna()
-    out[f"sim_disagg: largest disaggregated over colocated goodput per GPU, colocated >= "
-        f"{MIN_COLOCATED_SHARE:.0%} in SLO"] = round(float(finite.max()), 4) if len(finite) else 0.0
-    return out
+    out["largest_gain"] = round(float(finite.max()), 4) if len(finite) else 0.0
+    return {"sim_disagg": out}
 
 
 def main(argv: list[str] | None = None) -> None:

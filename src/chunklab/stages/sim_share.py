@@ -110,10 +110,10 @@ def run(p: SimShareParams, profile: Path, out_dir: Path, table_path: Path) -> No
     v = verdicts(caps)
     v.to_csv(out_dir / "verdicts.csv", index=False, float_format="%.5g")
     cross = crossover(v)
-    write_json(out_dir / "metrics.json", {"crossover_share": {slo: x for slo, x in cross.items()},
-                                          "best_budget": {slo: {f"share_{int(round(100 * r.share))}": r.best_budget
-                                                                for r in g.itertuples()}
-                                                          for slo, g in v.groupby("slo", sort=False)}})
+    write_json(out_dir / "metrics.json", {"sim_share": {  # crossover: null where there is none in the grid
+        "crossover_share": {slo: x for slo, x in cross.items()},
+        "best_budget": {slo: {f"share_{int(round(100 * r.share))}": r.best_budget for r in g.itertuples()}
+                        for slo, g in v.groupby("slo", sort=False)}}})
     table = pd.DataFrame({
         "long prompts": [f"{100 * s:.0f}%" for s in v["share"]], "SLO": [f"`{s}`" for s in v["slo"]],
         "smallest budget (req/s)": [f"{b}: {c:.2f}" for b, c in zip(v["small_budget"], v["small_req_per_s"])],
