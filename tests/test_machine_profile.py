@@ -328,7 +328,7 @@ def test_every_measured_stage_reruns_when_the_machine_changes_and_no_simulated_o
     on_machine = {name for name, st in stages.items() if "outputs/machine.json" in st.get("deps", [])}
     # the measured stages, and the report stages that name the machine in captions and warnings
     assert on_machine == {"calibrate", "prefill_split", "token_budget", "fidelity", "perf", "capacity", "cluster",
-                          "tables", "plots", "report"}
+                          "clocks", "tables", "plots", "report"}
     assert not any(name.startswith("sim_") for name in on_machine)
 
 

@@ -30,7 +30,7 @@ TINY = {
                       "rate_per_s": 8.0, "seed": 3, "budgets": [16, 8192]}},
     "capacity": {"num_requests": 6, "overrides": MICRO_MIX, "rel_tol": 0.5, "sim_rel_tol": 0.1, "widen": 4.0,
                  "budgets": [16, 8192], "reference_budget": 16, "seeds": [3],
-                 "extra_cells": [[16, "ch10"]], "sim_seeds": [3, 4], "steady_requests": 20},
+                 "slos": ["ch10"], "reference_slo": "ch10", "extra_cells": [[8192, "stall_scaled"]], "sim_seeds": [3, 4], "steady_requests": 20},
     "sim": {"seeds": [1, 2], "num_requests": 30, "overrides": MICRO_MIX},
     "sim_tuning": {"workloads": ["ch10_mixed"], "n_trials": 2},
     "sim_capacity": {"workloads": ["ch10_mixed"], "budgets": [16, 8192], "rel_tol": 0.5},
@@ -130,8 +130,8 @@ def test_dvc_repro_smoke(tmp_path):
     paired = (repo / "outputs/fidelity/paired.csv").read_text().splitlines()
     assert paired[0] == "point,metric,median_rel_error,p90_rel_error,n" and len(paired) == 1 + 3 * 6  # 6 points x 3 metrics
     cap = (repo / "outputs/capacity/measured_vs_simulated.csv").read_text().splitlines()
-    assert cap[0].startswith("budget,slo,measured_req_per_s,") and len(cap) == 1 + 2 * 2 + 1  # budgets x SLOs + the extra cell
-    assert cap[1].startswith("16,chapter_scaled,")  # the reference cell first: every load is a fraction of it
+    assert cap[0].startswith("budget,slo,measured_req_per_s,") and len(cap) == 1 + 2 + 1  # budgets x SLOs + the extra cell
+    assert cap[1].startswith("16,ch10,")  # the reference cell first: every load is a fraction of it
     drift = (repo / "outputs/fidelity/drift.csv").read_text().splitlines()
     assert drift[0].startswith("point,repeat,sentinel_ratio,step_time_vs_predicted_p50,") and len(drift) == 1 + 6 * 2  # (2 budgets x 2 loads + a share cell + the trace) x 2 repeats
     assert "median_signed_error_ttft (sentinel-scaled)" in drift[0]
@@ -147,7 +147,7 @@ def test_dvc_repro_smoke(tmp_path):
     metrics = {k for doc in json.loads(shown.stdout).values() for f in doc["data"].values()
                for k in keys(f.get("data", {}))}
     assert {"held_out_serving_median_rel_error", "fidelity.as_run.percentile_rows_meeting_goal",
-            "simulated_speedup", "sim_share.crossover_share.stall_scaled"} <= metrics
+            "simulated_speedup", "sim_share.best_budget.stall_scaled.share_10"} <= metrics
     assert all(" " not in k for k in metrics), [k for k in metrics if " " in k]  # short keys, no sentences
     unreadable = [p for doc in json.loads(shown.stdout).values() for p, f in doc["data"].items() if "error" in f]
     assert unreadable == []  # every declared metrics file parses (a markdown table does not)

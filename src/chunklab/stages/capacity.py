@@ -40,7 +40,7 @@ class CapacityParams:
     slos: list[str]  # conf/slo/ names; every cell is searched under each
     reference_budget: int  # the cell every load of the measured sections is a fraction of
     reference_slo: str
-    extra_cells: list[list]  # [budget, slo] measured too: the reference of a section whose SLO is another
+    extra_cells: list[tuple[int, str]]  # [budget, slo] measured too: the reference of a section whose SLO is another
     num_requests: int
     seeds: list[int]  # every probe pools one run of each
     sim_seeds: list[int]

@@ -43,7 +43,7 @@ class ClusterParams:
     seed: int
     repeats: int
     loads: list[float]  # of this machine's measured capacity at capacity_cell (the capacity stage's)
-    capacity_cell: list  # [budget, slo]: the runs' SLO is the chapter's (conf default), so its capacity
+    capacity_cell: tuple[int, str]  # [budget, slo]: the runs' SLO is the chapter's (conf default), so its capacity
     link_repeats: int  # timed transfers per size of the shm link
     processes: int  # simulated runs in parallel
     overrides: list[str] = no_overrides()

@@ -65,12 +65,18 @@ def measured_capacity(capacity_csv: Path, budget: int | None = None, slo: str | 
     first row), or the cell of this budget and SLO."""
     table = pd.read_csv(capacity_csv)
     if budget is None and slo is None:
-        return float(table["measured_req_per_s"].iloc[0])
-    row = table[(table["budget"] == budget) & (table["slo"] == slo)]
+        row = table.iloc[:1]
+    else:
+        row = table[(table["budget"] == budget) & (table["slo"] == slo)]
     if row.empty:
         raise SystemExit(f"{capacity_csv}: no capacity measured at budget {budget} under slo={slo} "
                          "(params.yaml capacity.extra_cells)")
-    return float(row["measured_req_per_s"].iloc[0])
+    rate = float(row["measured_req_per_s"].iloc[0])
+    if not rate > 0:
+        raise SystemExit(f"{capacity_csv}: the capacity at budget {row['budget'].iloc[0]} under slo="
+                         f"{row['slo'].iloc[0] if 'slo' in row else '?'} is {rate:g} req/s: no rate meets that SLO "
+                         "on this machine, so no load can be a fraction of it (choose another reference cell)")
+    return rate
 
 
 def profile_machine(profile: Path) -> str:

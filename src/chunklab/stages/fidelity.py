@@ -47,7 +47,7 @@ class FidelityParams:
     budgets: list[int]
     loads: list[float]  # of this machine's measured capacity (the capacity stage's, budget 512)
     trace: FidelityTrace
-    shares: list[list[float]]  # [long-prompt share, budget, load]: cells of the sim_share map, measured too
+    shares: list[tuple[float, int, float]]  # [long-prompt share, budget, load]: cells of the sim_share map, measured too
     slos: list[str]  # conf/slo/ names the report scores every run under, after the run (slos.json)
     processes: int
     mix_overrides: list[str] = no_overrides()
