@@ -212,6 +212,26 @@ def test_a_bracket_built_to_the_tolerance_is_decided_by_its_two_probes():
         assert len(found.probes) == 2 and found.lo_req_per_s <= 11.9 < found.hi_req_per_s
 
 
+@pytest.mark.parametrize("capacity", [0.5, 5.0, 11.0, 30.0])
+def test_a_growing_search_brackets_a_far_capacity_in_few_probes(capacity):
+    """grow=True (the measured search): a prediction of 9.6 req/s that misses by 2x or 20x costs a
+    handful of probes (steps of 8% would take 9 and 39), and the bracket still holds the capacity."""
+    seen = []
+
+    def measure(rate):
+        seen.append(rate)
+        return {"rate_per_s": rate, "slo_attainment": 1.0 if rate <= capacity else 0.5}
+
+    half = math.sqrt(1.04)
+    found = bisect(measure, 0.9, (9.6 / half, 9.6 * half), 0.04, widen=1.08, grow=True)
+    assert found.lo_req_per_s <= capacity < found.hi_req_per_s
+    assert found.hi_req_per_s / found.lo_req_per_s <= 1.04 * (1 + 1e-9)
+    assert len(found.probes) <= 14 and len(found.probes) == len(set(seen))
+    steps = bisect(measure, 0.9, (9.6 / half, 9.6 * half), 0.04, widen=1.08)
+    if capacity < 5:
+        assert len(found.probes) < len(steps.probes) / 2  # growing steps: far fewer probes
+
+
 @pytest.mark.slow  # a full 1-thread calibration of TinyGPT (~5 min) and a 300-request measured run
 def test_one_thread_is_another_machine_with_its_own_profile(tmp_path):
     """engine.threads=1 has its own fingerprint: a measured run at load 0.9 calibrates a 1-thread

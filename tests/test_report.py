@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 import pandas as pd
 
 from chunklab.config import SloConfig
@@ -154,7 +155,7 @@ def test_the_verdicts_are_dvc_metrics(tmp_path):
     assert chapter["verdict"]["worst_stall"] == {"load_0_85": -1} and chapter["verdict"]["split_faster"] == {"paged": -1}
     assert chapter["verdict"]["within_slo"] == {"ch10": {"load_0_85": 0}}
     assert chapter["prefill_split"]["paged_24x64_over_1x1536"] == 1.25
-    assert chapter["capacity"] == {"b512": {"chapter_scaled": 3.5}, "b64": {"stall_scaled": 5.0}}
+    assert chapter["capacity"]["reference_req_per_s"] == 3.5  # the capacity stage's first row
     assert "production" not in metrics  # no production stage output: none claimed
     (tmp_path / "simulated" / "production").mkdir(parents=True)
     (tmp_path / "simulated" / "production" / "chunking_gain.csv").write_text(
@@ -269,3 +270,12 @@ def test_a_wide_table_is_split_into_readable_parts_that_repeat_its_keys():
     assert sum(line.startswith("| point | budget |") for line in tables) == 2  # both parts keep the keys
     assert "| p2 | 192 | 8 | 9 |" in out and out.startswith("before") and out.endswith("after")
     assert narrow_markdown("| a | b |\n|--|--|\n| 1 | 2 |") == "| a | b |\n|--|--|\n| 1 | 2 |"
+
+
+def test_capacity_on_the_grid_is_where_the_share_within_the_slo_crosses_the_target():
+    from chunklab.report.capacity import crossing, text
+    estimate, lo, hi = crossing([2.0, 4.0, 8.0], [1.0, 0.95, 0.85])
+    assert (lo, hi) == (4.0, 8.0) and 4.0 < estimate < 8.0 and text(estimate, lo, hi) == f"{estimate:.2f}"
+    assert estimate == pytest.approx(4.0 * 2 ** 0.5)  # halfway in log-rate: 0.95 -> 0.85 crosses 0.9 midway
+    assert text(*crossing([2.0, 4.0], [0.5, 0.2])) == "< 2.00"
+    assert text(*crossing([2.0, 4.0], [1.0, 0.95])) == "> 4.00"

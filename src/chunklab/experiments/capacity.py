@@ -76,10 +76,13 @@ def search(cfg: RunConfig, seeds: list[int], target: float = 0.9, rel_tol: float
 
 
 def bisect(measure, target: float, start: tuple[float, float], rel_tol: float,
-           widen: float = 2.0, criterion=None) -> Capacity:
+           widen: float = 2.0, criterion=None, grow: bool = False) -> Capacity:
     """measure(rate) -> a probe dict with slo_attainment (simulated or measured). Widens the start
     bracket by `widen` until it holds the capacity, then bisects in log-rate to hi / lo <= 1 + rel_tol.
-    criterion(probe) -> bool replaces `slo_attainment >= target` (a published paper's definition)."""
+    criterion(probe) -> bool replaces `slo_attainment >= target` (a published paper's definition).
+    grow: each further widening step is the square of the last (1.08, 1.17, 1.36, ...), so a start
+    that misses by a factor f costs O(log log f) probes to bracket, not O(log f): for measured probes,
+    which cost seconds each and start from a prediction that can miss by tens of percent."""
     probes: list[dict] = []
     seen: dict[float, bool] = {}
     ok = criterion or (lambda probe: probe["slo_attainment"] >= target)
@@ -91,12 +94,16 @@ def bisect(measure, target: float, start: tuple[float, float], rel_tol: float,
         return seen[rate]
 
     lo, hi = start
+    step = widen
     while not passes(lo):  # widen until the bracket holds the capacity
-        lo, hi = lo / widen, lo
+        lo, hi = lo / step, lo
+        step = step * step if grow else step
         if lo < 1e-3:
             return Capacity(0.0, hi, probes)
+    step = widen
     while passes(hi):
-        lo, hi = hi, hi * widen
+        lo, hi = hi, hi * step
+        step = step * step if grow else step
         if hi > 1e4:
             return Capacity(lo, math.inf, probes)
     while hi / lo > (1 + rel_tol) * (1 + 1e-9):  # a bracket built to 1 + rel_tol is done, rounding aside

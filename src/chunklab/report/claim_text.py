@@ -12,6 +12,7 @@ import pandas as pd
 from chunklab.config import SloConfig
 from chunklab.metrics.paired import LEVEL, MIN_EFFECT, RESAMPLES
 from chunklab.metrics.summary import meets_slo_table
+from chunklab.report.capacity import grid_capacity
 from chunklab.report.claims import NA, SCORE, budget_verdicts, slo_verdicts, split_verdicts, verdict_table
 from chunklab.report.disagg_text import disagg_metrics
 from chunklab.report.production import production_metrics
@@ -118,7 +119,8 @@ def chapter_metrics(runs: pd.DataFrame, split: pd.DataFrame, outputs: Path) -> d
       as 1 (holds), 0 (within noise) or -1 (does not hold), where = load_0_85 (of the reference capacity)
       or the attention path of the prefill split (chapter.verdict.split_faster.paged);
     - chapter.prefill_split.paged_24x64_over_1x1536;
-    - chapter.capacity.b<budget>.<slo>: measured capacity (req/s) per cell of the capacity stage;
+    - chapter.capacity.reference_req_per_s (the capacity stage's reference cell) and
+      chapter.capacity.b<budget>.<slo>: capacity on the load grid (report/capacity.py), where it brackets it;
     - production.* and disagg.*: the simulated sections' answers (report/production.py, disagg_text.py)."""
     chapter: dict[str, dict] = {"verdict": {}}
     for v in all_verdicts(split, outputs).itertuples():
@@ -127,11 +129,14 @@ def chapter_metrics(runs: pd.DataFrame, split: pd.DataFrame, outputs: Path) -> d
     ms = {(r.attention, r.passes): r.median_ms for r in split.itertuples()}
     if ("paged", 1) in ms and ("paged", 24) in ms:
         chapter["prefill_split"] = {"paged_24x64_over_1x1536": round(ms[("paged", 24)] / ms[("paged", 1)], 4)}
-    cap = capacity_table(outputs)
-    if not cap.empty and "slo" in cap:
-        chapter["capacity"] = {f"b{int(r.budget)}": {} for r in cap.itertuples()}
-        for r in cap.itertuples():
-            chapter["capacity"][f"b{int(r.budget)}"][r.slo] = round(float(r.measured_req_per_s), 4)
+    reference = measured_capacity(outputs)
+    if reference:
+        chapter["capacity"] = {"reference_req_per_s": round(reference, 4)}
+    grid = grid_requests(outputs)
+    if not grid.empty:  # the grid's capacity per budget and SLO, where the grid brackets it
+        for r in grid_capacity(grid, scored_slos(outputs)).itertuples():
+            if r.capacity_req_per_s == r.capacity_req_per_s:  # not nan
+                chapter.setdefault("capacity", {}).setdefault(f"b{r.budget}", {})[r.slo] = round(r.capacity_req_per_s, 4)
     return {"chapter": chapter} | production_metrics(outputs) | disagg_metrics(outputs)
 
 

@@ -39,7 +39,7 @@ def slo_line(name: str, text: str, within: pd.DataFrame, capacity: pd.DataFrame,
     cap = capacity[capacity["slo"] == name] if not capacity.empty and "slo" in capacity else pd.DataFrame()
     if not cap.empty:
         by_budget = cap.sort_values("budget")
-        parts.append("capacity " + ", ".join(f"{r.measured_req_per_s:.2f}" for r in by_budget.itertuples())
+        parts.append("capacity " + ", ".join(by_budget["capacity"])
                      + f" req/s at budgets {', '.join(str(int(b)) for b in by_budget['budget'])} "
                      f"([capacity]({capacity_link}));")
     rows = within[within["slo"] == name]
@@ -81,8 +81,8 @@ def why_line(step_share: pd.DataFrame, split_ratio: float | None, link: str) -> 
 def summary(machine: str, slo_texts: dict[str, str], verdicts: pd.DataFrame, capacity: pd.DataFrame,
             step_share: pd.DataFrame, split_ratio: float | None, share_lines: list[str],
             links: dict[str, str]) -> list[str]:
-    """The summary lines. verdicts: all_verdicts (claims, within-SLO, split); capacity: the capacity
-    stage's cells; step_share: load, budget, share (median over seeds); share_lines: the prefill-share
+    """The summary lines. verdicts: all_verdicts (claims, within-SLO, split); capacity: report/capacity.py's
+    grid_capacity (slo, budget, capacity as text); step_share: load, budget, share (median over seeds); share_lines: the prefill-share
     map's answer, one line per SLO, already linked; links: anchors of the claims and capacity sections."""
     lines = [f"**The answer on this machine** ({machine}): when does a small token budget pay? "
              "Each line is decided by the table it links to, by the report's one paired rule."]

@@ -10,11 +10,12 @@ import pandas as pd
 from chunklab.report import chapter
 from chunklab.report.tables import narrow_markdown
 from chunklab.experiments.slo import describe
-from chunklab.report.claim_text import (CLAIMS_HEADING, all_verdicts, capacity_table, claim_findings, grid_runs,
-                                        measured_capacity, scored_slos)
+from chunklab.report.claim_text import (CLAIMS_HEADING, all_verdicts, capacity_table, claim_findings, grid_requests,
+                                        grid_runs, measured_capacity, scored_slos)
 from chunklab.report.claims import HOLDS, split_verdicts
 from chunklab.report.share import HEADING as SHARE_HEADING, share_section, share_summary
 from chunklab.report.summary import anchor, summary
+from chunklab.report.capacity import HEADING as CAPACITY_HEADING, capacity_section, grid_capacity
 from chunklab.report.cluster import cluster_findings
 from chunklab.report.disagg_text import disagg_section
 from chunklab.report.peer import peer_findings
@@ -191,7 +192,6 @@ def other_machine(table_md: str, cpu_model: str, simulated: bool = False) -> lis
             "with the measured tables that name it."]
 
 
-CAPACITY_HEADING = "### Capacity per budget and SLO: measured against simulated, one machine"  # stages/capacity.py's
 
 
 def slo_section(outputs: Path) -> list[str]:
@@ -217,6 +217,20 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{1e3 * seconds:.1f}"
 
 
+def measured_capacity_table(outputs: Path) -> pd.DataFrame:
+    """Capacity per budget and SLO on the load grid (report/capacity.py), empty without the grid."""
+    grid = grid_requests(outputs)
+    return grid_capacity(grid, scored_slos(outputs)) if not grid.empty else pd.DataFrame()
+
+
+def capacity_findings(outputs: Path) -> list[str]:
+    grid = grid_requests(outputs)
+    if grid.empty:
+        return []
+    loads = grid.groupby("rate_per_s")["load"].first().to_dict()
+    return capacity_section(grid_capacity(grid, scored_slos(outputs)), capacity_table(outputs), loads)
+
+
 def top_summary(split: pd.DataFrame, outputs: Path, cpu_model: str) -> list[str]:
     """report/summary.py's lines from this repro's measured outputs."""
     verdicts = all_verdicts(split, outputs)
@@ -227,7 +241,7 @@ def top_summary(split: pd.DataFrame, outputs: Path, cpu_model: str) -> list[str]
     ms = {(r.attention, r.passes): r.median_ms for r in split.itertuples()}
     ratio = ms[("paged", 24)] / ms[("paged", 1)] if ("paged", 1) in ms and ("paged", 24) in ms else None
     return summary(cpu_model or "this machine", {name: describe(b["1"]) for name, b in slos.items()}, verdicts,
-                   capacity_table(outputs), step_share, ratio, share_summary(outputs, anchor(SHARE_HEADING)),
+                   measured_capacity_table(outputs), step_share, ratio, share_summary(outputs, anchor(SHARE_HEADING)),
                    {"claims": anchor(CLAIMS_HEADING), "capacity": anchor(CAPACITY_HEADING)})
 
 
@@ -270,7 +284,8 @@ def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) ->
         "![fidelity](plots/fidelity.png)",
         "## Two cores, three ways: one engine, two replicas, prefill/decode (measured, and simulated twins)",
         *(m("cluster") if (outputs / "tables" / "cluster.md").is_file() else []), *cluster_findings(outputs),
-        "## Capacity (measured, and simulated with this machine's profile)", *m("capacity"),
+        "## Capacity (measured, and simulated with this machine's profile)", *capacity_findings(outputs),
+        *m("capacity"),
         sim("capacity"),
         "![goodput vs rate](plots/simulated/goodput_vs_rate.png)",
         "## Which budget, at which load (simulated)", sim("maps"), *map_findings(outputs),
