@@ -80,9 +80,20 @@ def capacity_section(cap: pd.DataFrame, simulated: pd.DataFrame, loads: dict[flo
     table["capacity (req/s)"] = cap["capacity"]
     table["per seed (req/s)"] = cap["seeds"]
     table["simulated (req/s)"] = [f"{sim[(b, s)]:.2f}" if (b, s) in sim else "-" for b, s in zip(cap["budget"], cap["slo"])]
+    note = []
+    if not simulated.empty and "measured_req_per_s" in simulated:
+        ref = simulated.iloc[0]
+        row = cap[(cap["budget"] == int(ref["budget"])) & (cap["slo"] == ref["slo"])]
+        if not row.empty:
+            r = row.iloc[0]
+            note = [f"The reference cell (budget {int(ref['budget'])}, `{ref['slo']}`) two ways: "
+                    f"{ref['measured_req_per_s']:.2f} req/s by the capacity stage's bisection on its own seeds, "
+                    f"{r['capacity']} req/s here on the grid's seeds, whose own capacities span {r['seeds']} req/s. "
+                    "Where they differ, the loads rest on the stage's seeds, and the grid's share within the SLO at "
+                    "each load is the measured answer."]
     return [HEADING,
             f"MEASURED. The share of requests within each SLO at each load of the grid (every seed pooled), and "
             f"capacity: where that share crosses {TARGET:.0%}, interpolated in log-rate between the loads that bracket "
             "it (a bound where the grid does not); seeds: the same per seed, lowest to highest. Simulated: the "
             "capacity stage's bisection of the same definition on this machine's profile.",
-            table.to_markdown(index=False)]
+            table.to_markdown(index=False), *note]

@@ -47,8 +47,9 @@ def slo_line(name: str, text: str, within: pd.DataFrame, capacity: pd.DataFrame,
         effects = {}
         for r in rows.itertuples():
             effects.setdefault(EFFECT.get(r.verdict, r.verdict), []).append(_load_number(r.load))
-        parts.append("at loads " + "; ".join(f"{', '.join(loads)} a small budget **{effect}**"
-                                            for effect, loads in effects.items())
+        groups = list(effects.items())
+        parts.append("; ".join((f"at loads {', '.join(loads)} a small budget **{effect}**" if k == 0 else
+                                f"at {', '.join(loads)} it **{effect}**") for k, (effect, loads) in enumerate(groups))
                      + f" (share within the SLO, [claims]({claims_link})).")
     return " ".join(parts)
 
