@@ -149,8 +149,12 @@ def map_findings(outputs: Path) -> list[str]:
     best = pd.read_csv(outputs / "simulated" / "maps" / "best_budget.csv")
     out = []
     for workload, b in best.groupby("workload"):
-        pairs = ", ".join(f"{r.load:g}: {r.budget}" for r in b.itertuples())
-        out.append(f"- `{workload}`, best budget by load (x capacity): {pairs}.")
+        def tied(r) -> str:
+            others = str(r.ties).split() if "ties" in b and isinstance(r.ties, str) else []
+            return f" (tied with {len(others)})" if others else " (decided)"
+        pairs = ", ".join(f"{r.load:g}: {r.budget}{tied(r)}" for r in b.itertuples())
+        out.append(f"- `{workload}`, best budget by load (x capacity), and how many other budgets the paired rule "
+                   f"cannot tell below it: {pairs}.")
     return out
 
 
