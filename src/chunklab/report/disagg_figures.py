@@ -15,13 +15,14 @@ import pandas as pd  # noqa: E402
 from chunklab.report.figures import _save  # noqa: E402
 
 CLIP_LOG2 = 2.0  # colours saturate at 4x either way
+OVERLOAD_SHARE = 0.1  # a side serving under this share within SLO is overloaded: its cell is grey, not a ratio
 
 
 def cell_label(r: pd.Series) -> str:
-    """What wins a cell and by how much: '3P1D +45%', 'colo b256 +20%', 'tie', 'none'."""
+    """What wins a cell and by how much: '3P1D +45%', 'C256 +20%' (colocated at budget 256), 'tie', 'none'."""
     if r["winner"] in ("none", "tie"):
         return r["winner"]
-    name = r["split"] if r["winner"] == "disaggregated" else f"colo b{int(r['colocated_budget'])}"
+    name = r["split"] if r["winner"] == "disaggregated" else f"C{int(r['colocated_budget'])}"
     return f"{name}\n{'only one serves' if math.isinf(r['margin']) else format(r['margin'], '+.0%')}"
 
 
@@ -30,7 +31,7 @@ def winner_map(winners: pd.DataFrame, path: Path, title: str, caption: str) -> P
     split's goodput per GPU over the best colocated run's (blue: the split, red: colocated)."""
     slos, workloads = list(dict.fromkeys(winners["slo"])), list(dict.fromkeys(winners["workload"]))
     loads, gpus = sorted(winners["load"].unique()), sorted(winners["gpus"].unique())
-    fig, axes = plt.subplots(len(slos), len(workloads), figsize=(3.4 * len(workloads) + 1.2, 2.5 * len(slos) + 1.2),
+    fig, axes = plt.subplots(len(slos), len(workloads), figsize=(4.0 * len(workloads) + 1.2, 2.7 * len(slos) + 1.2),
                              squeeze=False)
     image = None
     for i, slo in enumerate(slos):
@@ -44,14 +45,21 @@ def winner_map(winners: pd.DataFrame, path: Path, title: str, caption: str) -> P
                         continue
                     r = w.loc[(n, load)]
                     ratio = r["disagg_over_colocated"]
+                    if min(r["colocated_share_in_slo"], r["disagg_share_in_slo"]) < OVERLOAD_SHARE:
+                        label = "overload" if r["winner"] in ("tie", "none") else cell_label(r).split("\n")[0] + "\nother <10%"
+                        ax.text(b, a, label, ha="center", va="center", fontsize=8, color="dimgray")
+                        continue  # nan: drawn in the grey of set_bad, outside the colour scale: a ratio over a few requests
                     grid[a, b] = 0.0 if r["winner"] in ("tie", "none") or ratio != ratio else \
                         float(np.clip(np.log2(ratio) if ratio > 0 else -CLIP_LOG2, -CLIP_LOG2, CLIP_LOG2))
-                    ax.text(b, a, cell_label(r), ha="center", va="center", fontsize=6.5,
+                    ax.text(b, a, cell_label(r), ha="center", va="center", fontsize=8,
                             color="white" if abs(grid[a, b]) > 1.0 else "black")  # legible on the dark ends
-            image = ax.imshow(grid, cmap="RdBu", vmin=-CLIP_LOG2, vmax=CLIP_LOG2, origin="lower", aspect="auto")
+            cmap = plt.get_cmap("RdBu").copy()
+            cmap.set_bad("#dddddd")
+            image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=-CLIP_LOG2, vmax=CLIP_LOG2, origin="lower",
+                              aspect="auto")
             ax.set_xticks(range(len(loads)), [f"{x:g}" for x in loads], fontsize=7)
             ax.set_yticks(range(len(gpus)), [str(n) for n in gpus], fontsize=7)
-            ax.set_title(f"{slo.removeprefix('disagg_')} | {workload}", fontsize=8)
+            ax.set_title(f"{slo.removeprefix('disagg_')} | {workload}", fontsize=9)
             if i == len(slos) - 1:
                 ax.set_xlabel("load (x N x single-GPU capacity)", fontsize=7)
             if j == 0:

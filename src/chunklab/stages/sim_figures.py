@@ -12,7 +12,6 @@ Writes under out_dir (outputs/plots):
 """
 from __future__ import annotations
 
-import json
 
 from pathlib import Path
 
@@ -128,13 +127,8 @@ def coinciding(probes: pd.DataFrame) -> str:
 def draw_disagg_maps(p: PlotParams, disagg: Path, sim_dir: Path) -> None:
     """One map per model/device pair and KV link (sim_disagg's winners.csv)."""
     winners, q = pd.read_csv(disagg / "winners.csv"), p.sim_disagg
-    per_run = json.loads((disagg / "conditions.json").read_text())["requests_per_run"]  # {N: requests}
-    per_gpu = ", ".join(f"{k} on {n} GPUs" for n, k in per_run.items())
     for (model, hardware, link), w in winners.groupby(["model", "hardware", "link"], sort=False):
         winner_map(w, sim_dir / f"disagg_{model}_{hardware}_{link}.png",
-                   f"SIMULATED: {model} on {hardware}, KV over {link}: best prefill/decode split against best "
-                   "colocated replicas, goodput per GPU",
-                   f"The roofline cost model of the {hardware} preset. Load: the offered rate over N x one GPU's "
-                   f"capacity (budget 512, >= {q.target:.0%} of requests within {q.capacity_slo}). Requests per run: "
-                   f"{per_gpu}; colocated budget tuned over {q.budgets}; a lead under {q.tie_margin:.0%} is "
-                   "a tie (a modelling margin). Cell: the winner and its lead.")
+                   f"SIMULATED: {model} on {hardware}, KV over {link}: split (blue) or colocated (red), goodput per GPU",
+                   f"Cell: the winner (C<budget>: colocated; xPyD: the split) and its lead (under {q.tie_margin:.0%}: tie); "
+                   "grey: one side serves under 10% within SLO (no ratio). Load: x N x one GPU's capacity.")
