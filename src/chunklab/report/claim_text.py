@@ -4,6 +4,7 @@ requests of the ch10 mix (every budget at every load, five seeds of the same arr
 (the capacity stage's), and the share of steps that carry a prefill."""
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -52,9 +53,21 @@ def grid_only(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[runs["long_share"].isna()] if "long_share" in runs else runs
 
 
+def _stamp(path: Path) -> float:
+    """A file's modification time (0 when absent): the cache key of what is read from it."""
+    return path.stat().st_mtime if path.is_file() else 0.0
+
+
 def grid_requests(outputs: Path) -> pd.DataFrame:
     """Every measured request of the fidelity stage's ch10 grid, first repeat (each seed once), labelled
-    by its load; empty without them."""
+    by its load; empty without them. Read once per report (the summary, claims, capacity and metrics
+    all read it); a copy, so no caller changes another's."""
+    fid = outputs / "fidelity"
+    return _grid_requests(outputs, _stamp(fid / "requests_measured.csv"), _stamp(fid / "runs.csv")).copy()
+
+
+@functools.lru_cache(maxsize=4)
+def _grid_requests(outputs: Path, *_stamps: float) -> pd.DataFrame:
     req_path, runs_path = outputs / "fidelity" / "requests_measured.csv", outputs / "fidelity" / "runs.csv"
     if not req_path.is_file() or not runs_path.is_file():
         return pd.DataFrame()
@@ -98,11 +111,20 @@ def prefill_step_share(runs: pd.DataFrame) -> str:
 
 
 def all_verdicts(split: pd.DataFrame, outputs: Path) -> pd.DataFrame:
+    fid = outputs / "fidelity"
+    grid = _grid_verdicts(outputs, _stamp(fid / "requests_measured.csv"), _stamp(fid / "runs.csv"),
+                          _stamp(fid / "slos.json"))
+    return pd.concat([grid, split_verdicts(split)], ignore_index=True)
+
+
+@functools.lru_cache(maxsize=4)
+def _grid_verdicts(outputs: Path, *_stamps: float) -> pd.DataFrame:
+    """The load grid's verdicts: bootstraps of seconds, computed once per report (the summary, the claims
+    section and the metrics print them)."""
     grid = grid_requests(outputs)
-    frames = [split_verdicts(split)]
-    if not grid.empty:
-        frames = [budget_verdicts(grid), slo_verdicts(grid, scored_slos(outputs))] + frames
-    return pd.concat(frames, ignore_index=True)
+    if grid.empty:
+        return pd.DataFrame()
+    return pd.concat([budget_verdicts(grid), slo_verdicts(grid, scored_slos(outputs))], ignore_index=True)
 
 
 def _nest(tree: dict, dotted: str, value) -> None:

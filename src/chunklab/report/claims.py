@@ -92,7 +92,7 @@ def compare(paired: pd.DataFrame, statistic: Callable[[pd.DataFrame], Callable])
 
 def _row(load: str, claim: str, small: int, large: int, iv: Interval | None, verdict: str, unit: str, key: str,
          slo: str = "") -> dict:
-    return {"load": load, "claim": claim, "slo": slo, f"budget small": small, "budget large": large,
+    return {"load": load, "claim": claim, "slo": slo, "budget small": small, "budget large": large,
             "small": np.nan if iv is None else iv.b, "large": np.nan if iv is None else iv.a,
             "change": "" if iv is None else iv.text(), "verdict": verdict, "unit": unit,
             "seeds": 0 if iv is None else iv.clusters, "requests": 0 if iv is None else iv.units, "key": key}
