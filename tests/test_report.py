@@ -279,3 +279,13 @@ def test_capacity_on_the_grid_is_where_the_share_within_the_slo_crosses_the_targ
     assert estimate == pytest.approx(4.0 * 2 ** 0.5)  # halfway in log-rate: 0.95 -> 0.85 crosses 0.9 midway
     assert text(*crossing([2.0, 4.0], [0.5, 0.2])) == "< 2.00"
     assert text(*crossing([2.0, 4.0], [1.0, 0.95])) == "> 4.00"
+
+
+def test_the_steady_state_note_says_whether_the_budgets_rank_the_same_at_both_lengths():
+    from chunklab.report.capacity import steady_note
+    sim = pd.DataFrame({"slo": ["a", "a", "b", "b"], "budget": [64, 512, 64, 512],
+                        "simulated_req_per_s": [10.0, 8.0, 4.0, 6.0], "sim_steady_req_per_s": [8.0, 6.0, 3.5, 3.0],
+                        "sim_steady_requests": 2000})
+    note = steady_note(sim)
+    assert "`a` the same" in note and "`b` differently" in note  # b: 512 first at 100 requests, 64 at steady state
+    assert "50% to 88%" in note  # 3 / 6 (b, 512) and 3.5 / 4 (b, 64)

@@ -68,6 +68,22 @@ def grid_capacity(requests: pd.DataFrame, slos: dict[str, dict[str, SloConfig]])
     return pd.DataFrame(rows)
 
 
+def steady_note(simulated: pd.DataFrame) -> str:
+    """How far the run length is from steady state, on the profile: capacity at steady_requests against
+    the grid's length, and whether the budgets rank the same at both under each SLO."""
+    ratio = simulated["sim_steady_req_per_s"] / simulated["simulated_req_per_s"]
+    same = []
+    for slo, g in simulated.groupby("slo", sort=False):
+        short = list(g.sort_values("simulated_req_per_s")["budget"])
+        steady = list(g.sort_values("sim_steady_req_per_s")["budget"])
+        same.append(f"`{slo}` {'the same' if short == steady else 'differently'}")
+    steady = int(simulated["sim_steady_requests"].iloc[0])
+    return (f"Steady state (SIMULATED, this machine's profile): runs of {steady:,} requests reach {ratio.min():.0%} to "
+            f"{ratio.max():.0%} of the capacity that runs of the grid's length reach (short runs end before the queue "
+            f"builds), and rank the budgets {', '.join(same)}. The capacities here overstate steady state by about "
+            "that much; where the ranking is the same, a comparison between budgets stands at steady state too.")
+
+
 def capacity_section(cap: pd.DataFrame, simulated: pd.DataFrame, loads: dict[float, str]) -> list[str]:
     """The table (at most 8 columns) and its note. simulated: the capacity stage's cells (budget, slo,
     simulated_req_per_s: the same definition on the profile); loads: rate -> its load label."""
@@ -86,11 +102,12 @@ def capacity_section(cap: pd.DataFrame, simulated: pd.DataFrame, loads: dict[flo
         row = cap[(cap["budget"] == int(ref["budget"])) & (cap["slo"] == ref["slo"])]
         if not row.empty:
             r = row.iloc[0]
-            note = [f"The reference cell (budget {int(ref['budget'])}, `{ref['slo']}`) two ways: "
-                    f"{ref['measured_req_per_s']:.2f} req/s by the capacity stage's bisection on its own seeds, "
-                    f"{r['capacity']} req/s here on the grid's seeds, whose own capacities span {r['seeds']} req/s. "
-                    "Where they differ, the loads rest on the stage's seeds, and the grid's share within the SLO at "
-                    "each load is the measured answer."]
+            note = [f"The reference cell (budget {int(ref['budget'])}, `{ref['slo']}`) two ways on the same seeds and "
+                    f"run length: {ref['measured_req_per_s']:.2f} req/s by the capacity stage's bisection (the base of "
+                    f"every load), {r['capacity']} req/s interpolated here, whose seeds alone span {r['seeds']} req/s; "
+                    "the two sets of runs differ by the machine's drift between them."]
+    if not simulated.empty and "sim_steady_requests" in simulated:
+        note.append(steady_note(simulated))
     return [HEADING,
             f"MEASURED. The share of requests within each SLO at each load of the grid (every seed pooled), and "
             f"capacity: where that share crosses {TARGET:.0%}, interpolated in log-rate between the loads that bracket "

@@ -5,7 +5,7 @@ Capacity (the one definition, everywhere in the report): the highest Poisson rat
 of the requests meet the SLO, pooled over runs of `num_requests` requests of each of `seeds`: the
 length of the fidelity stage's load runs too, so a load means one thing. Each (budget, SLO) cell is
 searched:
-- simulated on the same seeds, bisected to sim_rel_tol (exact, seconds);
+- simulated on the same seeds, bisected to sim_rel_tol (exact; every simulated search runs first, in parallel);
 - measured by bisection to rel_tol, each probe one real run per seed of the same requests, starting
   from a bracket of hi / lo = 1 + rel_tol around the simulated capacity with every step scaled by
   the speed sentinel's reading before the cell's first probe (the machine as it runs now), widened
@@ -27,7 +27,9 @@ import pandas as pd
 
 from chunklab.calibration.sentinel import SpeedSentinel, geometric_mean
 from chunklab.experiments import capacity
+from chunklab.config import RunConfig
 from chunklab.experiments.compose import compose_run_config
+from chunklab.experiments.simulate import simulate_many
 from chunklab.experiments.slo import describe
 from chunklab.experiments.sweep import run_grid
 from chunklab.stages.common import arguments, read_section, runs_dir, write_text
@@ -50,11 +52,12 @@ class CapacityParams:
     rel_tol: float
     widen: float
     sim_rel_tol: float
+    processes: int  # simulated searches in parallel (before any measured probe)
     overrides: list[str]
 
 
 COLUMNS = ["budget", "slo", "measured_req_per_s", "measured_fails_at", "simulated_req_per_s", "ratio", "sim_seeds_min",
-           "sim_seeds_median", "sim_seeds_max", "sim_steady_req_per_s", "sentinel_ratio",
+           "sim_seeds_median", "sim_seeds_max", "sim_steady_req_per_s", "sim_steady_requests", "sentinel_ratio",
            "simulated_sentinel_scaled_req_per_s", "measured_probes"]
 SPREAD_REL_TOL = 0.02  # the spread and steady-state columns: context for the measured one, not searched as finely
 # A measured probe records the simulated probe's keys and how far its steps ran from their prediction.
@@ -73,6 +76,12 @@ def cells(p: CapacityParams) -> list[tuple[int, str]]:
     return [ref] + grid + [(int(b), str(s)) for b, s in p.extra_cells if (int(b), str(s)) not in grid + [ref]]
 
 
+def simulated_search(job: tuple) -> capacity.Capacity:
+    """(cfg, seeds, target, rel_tol): the simulated capacity (a worker of simulate_many)."""
+    cfg, seeds, target, rel_tol = job
+    return capacity.search(cfg, list(seeds), target, rel_tol, processes=1, start=(1.0, 16.0))
+
+
 def run(p: CapacityParams, profile: Path, out_dir: Path, table_path: Path) -> None:
     """Writes out_dir (measured_vs_simulated.csv, sentinel_scaled.csv, probes.csv) and the table.
     profile: this machine's profile (engine.profile), named in the table's note as given."""
@@ -85,23 +94,36 @@ def run(p: CapacityParams, profile: Path, out_dir: Path, table_path: Path) -> No
     readings: list[float] = []
     conditions: list[str] = []
     rows, probe_frames, slo_text = [], [], {}
+
+    def sim_cfg(budget: int, slo: str, scale: float = 1.0, extra: tuple[str, ...] = ()) -> RunConfig:
+        return compose_run_config(common + [f"scheduler.budget={budget}", f"slo={slo}", "tracking=none",
+                                            "engine.executor=simulated", f"hardware.step_time_scale={scale}", *extra])
+
+    # Every simulated search first, in parallel (nothing measured runs beside them): per cell the measured
+    # seeds pooled, each of sim_seeds alone, and steady_requests requests pooled over seeds 1 and 2.
+    per_cell = 2 + len(p.sim_seeds)
+    jobs = []
     for budget, slo in cells(p):
+        cfg = sim_cfg(budget, slo)
+        jobs += [(cfg, tuple(p.seeds), p.target, p.sim_rel_tol)]
+        jobs += [(cfg, (s,), p.target, SPREAD_REL_TOL) for s in p.sim_seeds]
+        jobs += [(sim_cfg(budget, slo, extra=(f"workload.num_requests={p.steady_requests}",)), (1, 2), p.target,
+                  SPREAD_REL_TOL)]
+    found = simulate_many(jobs, p.processes, fn=simulated_search, label="capacity")
+    for k, (budget, slo) in enumerate(cells(p)):
+        sim, *per_seed_found, steady = found[k * per_cell:(k + 1) * per_cell]
+        per_seed = [c.lo_req_per_s for c in per_seed_found]
+
+        def simulated(scale: float) -> capacity.Capacity:
+            """The measured seeds pooled, every step scaled by `scale` (the sentinel's reading)."""
+            return simulated_search((sim_cfg(budget, slo, scale), tuple(p.seeds), p.target, p.sim_rel_tol))
+
         base = common + [f"scheduler.budget={budget}", f"slo={slo}"]
-        sim_base = base + ["tracking=none", "engine.executor=simulated"]
-
-        def simulated(scale: float = 1.0, seeds: tuple[int, ...] = tuple(p.seeds), extra: tuple[str, ...] = (),
-                      rel_tol: float = p.sim_rel_tol):
-            cfg = compose_run_config(sim_base + [f"hardware.step_time_scale={scale}", *extra])
-            return capacity.search(cfg, list(seeds), p.target, rel_tol, processes=1, start=(1.0, 16.0))
-
-        slo_text[slo] = describe(compose_run_config(sim_base).slo)
-        sim = simulated()
-        per_seed = [simulated(seeds=(s,), rel_tol=SPREAD_REL_TOL).lo_req_per_s for s in p.sim_seeds]
-        steady = simulated(seeds=(1, 2), extra=(f"workload.num_requests={p.steady_requests}",),
-                           rel_tol=SPREAD_REL_TOL).lo_req_per_s
+        slo_text[slo] = describe(jobs[k * per_cell][0].slo)
         row = {"budget": budget, "slo": slo, "simulated_req_per_s": sim.lo_req_per_s,
                "sim_seeds_min": min(per_seed), "sim_seeds_median": float(pd.Series(per_seed).median()),
-               "sim_seeds_max": max(per_seed), "sim_steady_req_per_s": steady}
+               "sim_seeds_max": max(per_seed), "sim_steady_req_per_s": steady.lo_req_per_s,
+               "sim_steady_requests": p.steady_requests}
         probe_frames.append(pd.DataFrame(sim.probes).assign(executor="simulated", budget=budget, slo=slo))
         if (budget, slo) not in measured_cells(p):  # measured by the fidelity grid's runs instead (the report's)
             rows.append(row)
@@ -155,7 +177,7 @@ def markdown(p: CapacityParams, table: pd.DataFrame, slo_text: dict[str, str], p
                   "measured_probes"]].rename(columns={
                       "measured_req_per_s": "measured (req/s)", "measured_fails_at": "measured fails at (req/s)",
                       "simulated_req_per_s": "simulated (req/s)", "ratio": "measured / simulated",
-                      "measured_probes": "probes"})
+                      "measured_probes": "probes"}).astype({"probes": int})
     spread = table[["slo", "budget", "simulated_req_per_s", "sim_seeds_min", "sim_seeds_median", "sim_seeds_max",
                     "sim_steady_req_per_s"]].rename(columns={"simulated_req_per_s": "seeds pooled (req/s)",
                         "sim_seeds_min": "seeds min (req/s)", "sim_seeds_median": "seeds median (req/s)",

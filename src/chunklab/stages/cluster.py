@@ -1,6 +1,6 @@
 """Stage cluster (measured, then simulated): this machine's two cores as three arms (ARMS), on the
 same ch10 requests at loads of the measured capacity (outputs/capacity/, the single engine's at budget
-512 under the chapter's SLO: capacity_cell), each repeated (same seed: the machine's noise); then each arm's simulated twin with this
+512 under the SLO of capacity_cell, which scores the runs too), each repeated (same seed: the machine's noise); then each arm's simulated twin with this
 machine's profile and the shm link that this stage times first (experiments/shm_link.py; the twins
 take conf/link/shm.yaml's preset with this repro's fit, written beside the outputs as shm.yaml: the
 committed preset is a copy of one, conf/ being every stage's dependency). Per request, paired TTFT and E2E errors of simulated vs measured beside the
@@ -43,7 +43,7 @@ class ClusterParams:
     seed: int
     repeats: int
     loads: list[float]  # of this machine's measured capacity at capacity_cell (the capacity stage's)
-    capacity_cell: tuple[int, str]  # [budget, slo]: the runs' SLO is the chapter's (conf default), so its capacity
+    capacity_cell: tuple[int, str]  # [budget, slo]: the loads' base, and the runs' SLO (conf/slo/)
     link_repeats: int  # timed transfers per size of the shm link
     processes: int  # simulated runs in parallel
     overrides: list[str] = no_overrides()
@@ -121,7 +121,7 @@ def run(p: ClusterParams, profile: Path, capacity_csv: Path, out_dir: Path, tabl
            for load in p.loads for arm in ARMS]
     order = [(r, *pt) for r in range(p.repeats) for pt in pts]  # repeats outermost: drift hits every arm
     base = ["tracking.progress=false", "tracking.experiment_name=dvc_cluster", "slowdown=false",
-            f"engine.profile={profile}", *p.overrides]
+            f"engine.profile={profile}", f"slo={p.capacity_cell[1]}", *p.overrides]
     scale, one, two = one_thread_scale(base)
     res = run_grid("cluster", base, [pt for *_, pt in order], runs_dir())
     labels = [label for _, label, *_ in order]
@@ -130,7 +130,7 @@ def run(p: ClusterParams, profile: Path, capacity_csv: Path, out_dir: Path, tabl
     res.requests.insert(0, "repeat", res.requests["run"].map(lambda i: order[i][0]))
     res.requests.insert(0, "point", res.requests["run"].map(lambda i: labels[i]))
 
-    sim_base = ["tracking=none", "slowdown=false", f"engine.profile={profile}", *p.overrides,
+    sim_base = ["tracking=none", "slowdown=false", f"engine.profile={profile}", f"slo={p.capacity_cell[1]}", *p.overrides,
                 f"link.bandwidth_gb_per_s={fit.bandwidth_gb_per_s:.6g}", f"link.latency_s={fit.latency_s:.6g}"]
     cfgs = [compose_run_config(sim_base + [f"{k}={v}" for k, v in pt.items()]
                                + ([f"hardware.step_time_scale={scale:.4g}"] if arm != "single" else []))
