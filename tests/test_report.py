@@ -289,3 +289,11 @@ def test_the_steady_state_note_says_whether_the_budgets_rank_the_same_at_both_le
     note = steady_note(sim)
     assert "`a` the same" in note and "`b` differently" in note  # b: 512 first at 100 requests, 64 at steady state
     assert "50% to 88%" in note  # 3 / 6 (b, 512) and 3.5 / 4 (b, 64)
+
+
+def test_the_capacity_note_says_under_which_slo_the_top_load_is_past_capacity():
+    from chunklab.report.capacity import past_top_note
+    cap = pd.DataFrame({"slo": ["a", "a", "b", "b", "c", "c"], "budget": [64, 512] * 3,
+                        "share_at_6": [0.5, 0.8, 0.95, 0.99, 0.85, 0.95]})
+    note = past_top_note(cap, 6.0, "load 1.2")
+    assert "`a` at every budget" in note and "`b` at no budget" in note and "`c` at budgets 64 only" in note

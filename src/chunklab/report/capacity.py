@@ -68,6 +68,18 @@ def grid_capacity(requests: pd.DataFrame, slos: dict[str, dict[str, SloConfig]])
     return pd.DataFrame(rows)
 
 
+def past_top_note(cap: pd.DataFrame, top_rate: float, top_label: str) -> str:
+    """Per SLO, whether the grid's top load is past capacity (share within the SLO under the target) at
+    every budget: where it is not, the grid bounds capacity from below only."""
+    parts = []
+    for slo, g in cap.groupby("slo", sort=False):
+        under = g[g[f"share_at_{top_rate:g}"] < TARGET]["budget"].tolist()
+        where = ("every budget" if len(under) == len(g) else "no budget" if not under
+                 else f"budgets {', '.join(map(str, under))} only")
+        parts.append(f"`{slo}` at {where}")
+    return f"Past capacity at the top load ({top_label}, under {TARGET:.0%} within the SLO): {'; '.join(parts)}."
+
+
 def steady_note(simulated: pd.DataFrame) -> str:
     """How far the run length is from steady state, on the profile: capacity at steady_requests against
     the grid's length, and whether the budgets rank the same at both under each SLO."""
@@ -96,16 +108,16 @@ def capacity_section(cap: pd.DataFrame, simulated: pd.DataFrame, loads: dict[flo
     table["capacity (req/s)"] = cap["capacity"]
     table["per seed (req/s)"] = cap["seeds"]
     table["simulated (req/s)"] = [f"{sim[(b, s)]:.2f}" if (b, s) in sim else "-" for b, s in zip(cap["budget"], cap["slo"])]
-    note = []
+    note = [past_top_note(cap, max(loads), loads[max(loads)].split(' (')[0])]
     if not simulated.empty and "measured_req_per_s" in simulated:
         ref = simulated.iloc[0]
         row = cap[(cap["budget"] == int(ref["budget"])) & (cap["slo"] == ref["slo"])]
         if not row.empty:
             r = row.iloc[0]
-            note = [f"The reference cell (budget {int(ref['budget'])}, `{ref['slo']}`) two ways on the same seeds and "
+            note.append(f"The reference cell (budget {int(ref['budget'])}, `{ref['slo']}`) two ways on the same seeds and "
                     f"run length: {ref['measured_req_per_s']:.2f} req/s by the capacity stage's bisection (the base of "
                     f"every load), {r['capacity']} req/s interpolated here, whose seeds alone span {r['seeds']} req/s; "
-                    "the two sets of runs differ by the machine's drift between them."]
+                    "the two sets of runs differ by the machine's drift between them.")
     if not simulated.empty and "sim_steady_requests" in simulated:
         note.append(steady_note(simulated))
     return [HEADING,
