@@ -110,3 +110,23 @@ def bisect(measure, target: float, start: tuple[float, float], rel_tol: float,
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if passes(mid) else (lo, mid)
     return Capacity(lo, hi, probes)
+
+
+def rate_factor(share: float, simulated, rate_req_per_s: float, span: float = 4.0, steps: int = 10) -> float | None:
+    """The factor f at which the simulated curve matches one measured probe: simulated(rate * f) == share,
+    the share within the SLO measured at `rate_req_per_s`. Read the measured curve as the simulated one
+    at rate x f, and its capacity is the simulated capacity / f: a start for a measured search that one
+    probe has corrected (the simulator's optimism on a machine's noisy steps is what f absorbs).
+    simulated(rate) -> share; bisected in log-rate within [1/span, span], shares falling with the rate.
+    None where one probe cannot place it: a share of 0 or 1 matches a whole range of rates."""
+    if not 0.0 < share < 1.0:
+        return None
+    lo, hi = 1.0 / span, span
+    if simulated(rate_req_per_s * hi) > share:
+        return hi
+    if simulated(rate_req_per_s * lo) < share:
+        return lo
+    for _ in range(steps):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if simulated(rate_req_per_s * mid) > share else (lo, mid)
+    return math.sqrt(lo * hi)

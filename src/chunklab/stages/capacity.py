@@ -6,11 +6,12 @@ of the requests meet the SLO, pooled over runs of `num_requests` requests of eac
 length of the fidelity stage's load runs too, so a load means one thing. Each (budget, SLO) cell is
 searched:
 - simulated on the same seeds, bisected to sim_rel_tol (exact; every simulated search runs first, in parallel);
-- measured by bisection to rel_tol, each probe one real run per seed of the same requests, starting
-  from a bracket of hi / lo = 1 + rel_tol around the simulated capacity with every step scaled by
-  the speed sentinel's reading before the cell's first probe (the machine as it runs now), widened
-  by steps of `widen`, each further step the square of the last, until it holds the capacity: where
-  the prediction is right, two probes decide it, and a miss by 40% costs about seven;
+- measured by bisection to rel_tol, each probe one real run per seed of the same requests: a first
+  probe at the simulated capacity with every step scaled by the speed sentinel's reading before it
+  (the machine as it runs now); the simulated curve read against that probe's share within the SLO
+  (experiments/capacity.rate_factor) moves the start to where it puts the measured capacity; from a
+  bracket of hi / lo = 1 + rel_tol there, widened by steps of `widen`, each further step the square of
+  the last, until it holds the capacity. Where the corrected start is right, three probes decide it;
 - simulated again for each of `sim_seeds` alone (the spread over arrival draws that a few measured
   seeds cannot show), and at steady_requests requests pooled over two seeds (how far a run of
   num_requests is from steady state).
@@ -82,6 +83,16 @@ def simulated_search(job: tuple) -> capacity.Capacity:
     return capacity.search(cfg, list(seeds), target, rel_tol, processes=1, start=(1.0, 16.0))
 
 
+def with_probe(found: capacity.Capacity, probe: dict, target: float) -> capacity.Capacity:
+    """found with one more probe taken before its search: the bracket narrows where the probe falls inside
+    it (one that contradicts it, a pass above or a failure below, is noise and leaves it)."""
+    rate, passed = probe["rate_per_s"], probe["slo_attainment"] >= target
+    lo, hi = found.lo_req_per_s, found.hi_req_per_s
+    if lo < rate < hi:
+        lo, hi = (rate, hi) if passed else (lo, rate)
+    return capacity.Capacity(lo, hi, [probe] + found.probes)
+
+
 def run(p: CapacityParams, profile: Path, out_dir: Path, table_path: Path) -> None:
     """Writes out_dir (measured_vs_simulated.csv, sentinel_scaled.csv, probes.csv) and the table.
     profile: this machine's profile (engine.profile), named in the table's note as given."""
@@ -144,8 +155,15 @@ def run(p: CapacityParams, profile: Path, out_dir: Path, table_path: Path) -> No
 
         start = simulated(cell_readings[0]).rate_req_per_s
         half = math.sqrt(1 + p.rel_tol)
-        if start > 0:
-            real = capacity.bisect(measure, p.target, (start / half, start * half), p.rel_tol, widen=p.widen, grow=True)
+        if start > 0:  # one probe at the simulated capacity, then a bracket where the simulated curve puts it
+            first = measure(start)
+            scaled = sim_cfg(budget, slo, cell_readings[0])
+            factor = capacity.rate_factor(first["slo_attainment"], lambda rate: capacity.probe(
+                scaled, rate, p.seeds, p.processes)["slo_attainment"], start)
+            centre = start / factor if factor else start
+            real = capacity.bisect(measure, p.target, (centre / half, centre * half), p.rel_tol, widen=p.widen,
+                                   grow=True)
+            real = with_probe(real, first, p.target)
         else:  # the simulation serves no rate within this SLO: halving from 1 req/s finds whether the machine does
             real = capacity.bisect(measure, p.target, (1.0, 1.0 + p.rel_tol), p.rel_tol, widen=2.0, grow=True)
         readings.extend(cell_readings)
