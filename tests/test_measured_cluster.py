@@ -30,9 +30,9 @@ from chunklab.config import ChunklabError
 from chunklab.engine.build import build_engine
 from chunklab.engine.replay import replay
 from chunklab.experiments.compose import compose_run_config
-from chunklab.report.cluster import cluster_findings
+from chunklab.report.topologies import cluster_findings
 from chunklab.runner import execute
-from chunklab.stages.cluster import arm_ranges, coordinator_line
+from chunklab.stages.topologies import arm_ranges, coordinator_line
 from chunklab.workload import make_requests
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -267,15 +267,15 @@ def test_the_coordinators_cpu_is_kept_per_arm_and_said_in_the_conditions():
 
 def test_the_report_names_each_loads_winner_from_the_data_and_says_when_the_stage_has_not_run(tmp_path):
     assert cluster_findings(tmp_path) == [
-        "The cluster stage has not run in this repro (`dvc repro cluster`): no measured cluster to report."]
-    (tmp_path / "cluster").mkdir()
+        "The topologies stage has not run in this repro (`dvc repro topologies`): no measured cluster to report."]
+    (tmp_path / "topologies").mkdir()
     runs = pd.DataFrame({"executor": ["measured"] * 6 + ["simulated"] * 3, "load": 0.9,
                          "arm": ["single", "replicas", "pd"] * 3,
                          "slo_attainment": [0.8, 0.95, 0.5, 0.82, 0.97, 0.52, 0.9, 0.8, 0.7],
                          "ttft_p50_s": 0.1, "tpot_p50_s": 0.002})
-    runs.to_csv(tmp_path / "cluster" / "runs.csv", index=False)
+    runs.to_csv(tmp_path / "topologies" / "runs.csv", index=False)
     pd.DataFrame({"point": ["pd load 0.9"], "metric": ["ttft"], "median_rel_error": [0.2],
-                  "median_rel_error_floor": [0.05]}).to_csv(tmp_path / "cluster" / "paired.csv", index=False)
+                  "median_rel_error_floor": [0.05]}).to_csv(tmp_path / "topologies" / "paired.csv", index=False)
     lines = cluster_findings(tmp_path)
     assert lines[0].startswith("- Load 0.9 of the measured capacity (MEASURED, median [min-max] over repeats): "
                                "share in SLO single 81 [80-82], replicas 96 [95-97], pd 51 [50-52] %: "

@@ -43,7 +43,7 @@ TINY = {
     "clocks": {"num_requests": 6, "repeats": 2, "loads": [0.5], "overrides": MICRO_MIX},
     "sim_share": {"shares": [0.1, 0.5], "budgets": [16, 8192], "num_requests": 20, "seeds": [3, 4], "rel_tol": 0.2,
                   "overrides": MICRO_MIX},
-    "cluster": {"num_requests": 8, "repeats": 2, "loads": [0.5], "link_repeats": 2, "overrides": MICRO_MIX,
+    "topologies": {"num_requests": 8, "repeats": 2, "loads": [0.5], "link_repeats": 2, "overrides": MICRO_MIX,
                 "capacity_cell": [16, "ch10"]},
     "sim_disagg": {"pairs": [["llama3_8b", "h100", 1.0]], "gpus": [2], "workloads": ["ch10_production", "azure_conv"],
                    "num_requests": 40, "loads": [1.0, 2.0], "verdict_loads": [1.0], "throughput_load": 2.0,
@@ -83,8 +83,8 @@ EXPECTED = [
     *[f"outputs/simulated/disagg/{f}" for f in ("capacity.csv", "cells.csv", "winners.csv", "metrics.json",
                                                                 "conditions.json")],
     "outputs/plots/simulated/disagg_llama3_8b_h100_nvlink4.png",
-    *[f"outputs/cluster/{f}" for f in ("shm_link.csv", "shm.yaml", "runs.csv", "paired.csv", "metrics.json")],
-    "outputs/tables/cluster.md",
+    *[f"outputs/topologies/{f}" for f in ("shm_link.csv", "shm.yaml", "runs.csv", "paired.csv", "metrics.json")],
+    "outputs/tables/topologies.md",
 ]
 SIM_OUTPUTS = "outputs/simulated"
 

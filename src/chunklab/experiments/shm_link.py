@@ -104,7 +104,7 @@ def link_preset(fit: LinkFit, conditions: str) -> str:
     """conf/link/shm.yaml's text: the fit, and the conditions it was measured under."""
     return (f"# Shared memory between two processes on this machine's cores: the measured cluster's KV link\n"
             f"# (topology/transport_shm.py). Written from timed transfers by experiments/shm_link.py (link_preset),\n"
-            f"# not by hand; `dvc repro`'s cluster stage writes its own beside outputs/cluster/shm_link.csv.\n"
+            f"# not by hand; `dvc repro`'s topologies stage writes its own beside outputs/topologies/shm_link.csv.\n"
             f"# Conditions: {conditions}\n"
             f"name: shm\n"
             f"bandwidth_gb_per_s: {fit.bandwidth_gb_per_s:.4g}\n"

@@ -16,7 +16,7 @@ from chunklab.report.claims import HOLDS, split_verdicts
 from chunklab.report.share import HEADING as SHARE_HEADING, share_section, share_summary
 from chunklab.report.summary import anchor, summary
 from chunklab.report.capacity import HEADING as CAPACITY_HEADING, capacity_section, grid_capacity
-from chunklab.report.cluster import cluster_findings
+from chunklab.report.topologies import cluster_findings
 from chunklab.report.disagg_text import disagg_section
 from chunklab.report.peer import peer_findings
 from chunklab.report.production import production_findings
@@ -287,7 +287,7 @@ def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) ->
         "## Fidelity: simulated against measured", *m("fidelity"), *fidelity_findings(outputs),
         "![fidelity](plots/fidelity.png)",
         "## Two cores, three ways: one engine, two replicas, prefill/decode (measured, and simulated twins)",
-        *(m("cluster") if (outputs / "tables" / "cluster.md").is_file() else []), *cluster_findings(outputs),
+        *(m("topologies") if (outputs / "tables" / "topologies.md").is_file() else []), *cluster_findings(outputs),
         "## Capacity (measured, and simulated with this machine's profile)", *capacity_findings(outputs),
         *m("capacity"),
         sim("capacity"),

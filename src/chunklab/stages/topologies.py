@@ -1,4 +1,4 @@
-"""Stage cluster (measured, then simulated): this machine's two cores as three arms (ARMS), on the
+"""Stage topologies (measured, then simulated): this machine's two cores as three arms (ARMS), on the
 same ch10 requests at loads of the measured capacity (outputs/capacity/, the single engine's at budget
 512 under the SLO of capacity_cell, which scores the runs too), each repeated (same seed: the machine's noise); then each arm's simulated twin with this
 machine's profile and the shm link that this stage times first (experiments/shm_link.py; the twins
@@ -37,7 +37,7 @@ from chunklab.stages.typed_yaml import Section, no_overrides
 
 
 @Section
-class ClusterParams:
+class TopologiesParams:
     workload: str
     num_requests: int
     seed: int
@@ -86,7 +86,7 @@ def one_thread_scale(base: list[str]) -> tuple[float, float, float]:
 def arm_ranges(runs: pd.DataFrame) -> pd.DataFrame:
     """Per executor, load and arm: each of ARM_METRICS' (and COORDINATOR_METRICS', where runs has them)
     median, min and max over the repeats. Which arm wins is the report's to decide against these ranges
-    (report/cluster.py), not a median's."""
+    (report/topologies.py), not a median's."""
     g = runs.groupby(["executor", "load", "arm"], sort=False)[ARM_METRICS + [c for c in COORDINATOR_METRICS
                                                                           if c in runs]]
     return pd.concat([g.median(), g.min().add_suffix("_min"), g.max().add_suffix("_max")], axis=1).reset_index()
@@ -107,7 +107,7 @@ def coordinator_line(runs: pd.DataFrame) -> str:
             + " (median [min-max] over the loads and repeats)")
 
 
-def run(p: ClusterParams, profile: Path, capacity_csv: Path, out_dir: Path, table_path: Path) -> None:
+def run(p: TopologiesParams, profile: Path, capacity_csv: Path, out_dir: Path, table_path: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     model = compose_run_config(["tracking=none", *p.overrides]).model
     link_rows = time_transfers(model, repeats=p.link_repeats)
@@ -120,10 +120,10 @@ def run(p: ClusterParams, profile: Path, capacity_csv: Path, out_dir: Path, tabl
     pts = [(f"{arm} load {load:g}", arm, load, workload | {"workload.rate_per_s": round(load * capacity, 4)} | ARMS[arm])
            for load in p.loads for arm in ARMS]
     order = [(r, *pt) for r in range(p.repeats) for pt in pts]  # repeats outermost: drift hits every arm
-    base = ["tracking.progress=false", "tracking.experiment_name=dvc_cluster", "slowdown=false",
+    base = ["tracking.progress=false", "tracking.experiment_name=dvc_topologies", "slowdown=false",
             f"engine.profile={profile}", f"slo={p.capacity_cell[1]}", *p.overrides]
     scale, one, two = one_thread_scale(base)
-    res = run_grid("cluster", base, [pt for *_, pt in order], runs_dir())
+    res = run_grid("topologies", base, [pt for *_, pt in order], runs_dir())
     labels = [label for _, label, *_ in order]
     res.runs = res.runs.assign(point=labels, repeat=[r for r, *_ in order], arm=[a for _, _, a, _, _ in order],
                                load=[ld for *_, ld, _ in order], executor="measured")
@@ -169,7 +169,7 @@ def run(p: ClusterParams, profile: Path, capacity_csv: Path, out_dir: Path, tabl
         at = cluster.setdefault(row.arm, {}).setdefault(f"load_{f'{row.load:g}'.replace('.', '_')}", {})
         for metric in ARM_METRICS:
             at.setdefault(metric, {})["measured_median"] = getattr(row, metric)
-    write_json(out_dir / "metrics.json", {"cluster": cluster})
+    write_json(out_dir / "metrics.json", {"topologies": cluster})
     md = markdown(table, arms, fit, lines)
     write_text(table_path, md)
     print(md)
@@ -201,11 +201,11 @@ def markdown(table: pd.DataFrame, arms: pd.DataFrame, fit, lines: dict[str, str]
 def main(argv: list[str] | None = None) -> None:
     """The stage's dvc.yaml cmd:
 
-        python -m chunklab.stages.cluster --params params.yaml --profile outputs/profiles/machine.json
-        --capacity outputs/capacity/measured_vs_simulated.csv --out outputs/cluster --table outputs/tables/cluster.md
+        python -m chunklab.stages.topologies --params params.yaml --profile outputs/profiles/machine.json
+        --capacity outputs/capacity/measured_vs_simulated.csv --out outputs/topologies --table outputs/tables/topologies.md
     """
     args = arguments(__doc__, "params", "profile", "capacity", "out", "table", argv=argv)
-    run(read_section(args.params, "cluster", ClusterParams), profile=args.profile, capacity_csv=args.capacity,
+    run(read_section(args.params, "topologies", TopologiesParams), profile=args.profile, capacity_csv=args.capacity,
         out_dir=args.out, table_path=args.table)
 
 

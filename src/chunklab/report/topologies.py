@@ -1,4 +1,4 @@
-"""REPORT findings of the cluster stage (outputs/cluster/): which arm wins at each load on this
+"""REPORT findings of the topologies stage (outputs/topologies/): which arm wins at each load on this
 machine's two cores (MEASURED, over repeats), whether the simulated twins rank the arms the same way,
 how far the twins are from the measured runs per request beside the repeat-vs-repeat floor, and what
 the production maps (stage sim_disagg, SIMULATED) predict for two instances at the nearest load.
@@ -109,9 +109,9 @@ def production_comparison(outputs: Path, measured: pd.DataFrame, load: float) ->
 
 
 def cluster_findings(outputs: Path) -> list[str]:
-    folder = outputs / "cluster"
+    folder = outputs / "topologies"
     if not (folder / "runs.csv").is_file():
-        return ["The cluster stage has not run in this repro (`dvc repro cluster`): no measured cluster to report."]
+        return ["The topologies stage has not run in this repro (`dvc repro topologies`): no measured cluster to report."]
     runs = pd.read_csv(folder / "runs.csv")
     paired = pd.read_csv(folder / "paired.csv")
     out = []

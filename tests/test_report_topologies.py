@@ -1,9 +1,9 @@
-"""The cluster section's verdicts (report/cluster.py) from synthetic runs: an arm wins only when its
+"""The cluster section's verdicts (report/topologies.py) from synthetic runs: an arm wins only when its
 range over repeats clears the others', and the comparison with the production maps says when they differ."""
 import pandas as pd
 
 from chunklab.report.claims import NOISE
-from chunklab.report.cluster import arm_winner, cluster_findings, load_findings, production_comparison
+from chunklab.report.topologies import arm_winner, cluster_findings, load_findings, production_comparison
 
 
 def runs(share: dict[str, list[float]], ttft_s: dict[str, list[float]], load: float = 0.9) -> pd.DataFrame:
