@@ -15,7 +15,7 @@ MICRO_MIX = ["model=micro", "workload.classes.0.min_tokens=200", "workload.class
              "workload.min_output_tokens=4", "workload.max_output_tokens=8"]
 TINY = {
     "calibrate": {"num_random_shapes": 12, "rounds": 1, "burst": 2, "replay_requests": 4, "overrides": ["model=micro"]},
-    "fidelity": {"num_requests": 8, "repeats": 2, "seeds": [3, 4], "budgets": [16, 8192], "loads": [0.5, 1.2], "overrides": ["model=micro"],
+    "fidelity": {"num_requests": 8, "repeats": 2, "seeds": [3, 4], "budgets": [16, 8192], "repeated_budgets": [16], "loads": [0.5, 1.2], "overrides": ["model=micro"],
                  "mix_overrides": MICRO_MIX[1:], "trace": {"rows": 20, "start_offset": 0, "budget": 16},
                  "shares": [[0.1, 16, 0.5]]},
     "prefill_split": {"prompt_tokens": 96, "chunk_tokens": [96, 32], "attention": ["paged", "sdpa", "naive"], "repeats": 1,
@@ -128,12 +128,15 @@ def test_dvc_repro_smoke(tmp_path):
     first = subprocess.run([dvc, "repro"], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     paired = (repo / "outputs/fidelity/paired.csv").read_text().splitlines()
-    assert paired[0] == "point,metric,median_rel_error,p90_rel_error,n" and len(paired) == 1 + 3 * 6  # 6 points x 3 metrics
+    assert paired[0] == "point,metric,median_rel_error,p90_rel_error,n" and len(paired) == 1 + 3 * 4  # 4 repeated points x 3 metrics
+    assert not [line for line in paired if " b8192 " in line]  # budget 8192 is not in repeated_budgets: run once
+    measured = (repo / "outputs/fidelity/requests_measured.csv").read_text()
+    assert "\nch10_mixed b8192 load 0.5,0," in measured and "\nch10_mixed b8192 load 0.5,1," not in measured
     cap = (repo / "outputs/capacity/measured_vs_simulated.csv").read_text().splitlines()
     assert cap[0].startswith("budget,slo,measured_req_per_s,") and len(cap) == 1 + 2 + 1  # budgets x SLOs + the extra cell
     assert cap[1].startswith("16,ch10,")  # the reference cell first: every load is a fraction of it
     drift = (repo / "outputs/fidelity/drift.csv").read_text().splitlines()
-    assert drift[0].startswith("point,repeat,sentinel_ratio,step_time_vs_predicted_p50,") and len(drift) == 1 + 6 * 2  # (2 budgets x 2 loads + a share cell + the trace) x 2 repeats
+    assert drift[0].startswith("point,repeat,sentinel_ratio,step_time_vs_predicted_p50,") and len(drift) == 1 + 4 * 2  # (budget 16 x 2 loads + a share cell + the trace) x 2 repeats
     assert "median_signed_error_ttft (sentinel-scaled)" in drift[0]
     missing = [p for p in EXPECTED if not (repo / p).is_file()]
     assert not missing

@@ -244,6 +244,10 @@ def test_bad_cluster_values_name_key_and_value(overrides, message):
     (["topology=replicas", "topology.replicas=4096"],
      "chunklab: error: topology.replicas=4096: a measured cluster runs each instance on its own core"),
     (["engine=simulated", f"engine.profile={PROFILE}", "router=fastest"], "chunklab: error: "),
+    (["engine=simulated", f"engine.profile={PROFILE}", "router=least_tokens"],
+     "chunklab: error: router=least_tokens was renamed: use router=least_outstanding_tokens"),
+    (["engine=simulated", f"engine.profile={PROFILE}", "router=least_outstanding"],
+     "chunklab: error: router=least_outstanding was renamed: use router=least_outstanding_requests"),
 ])
 def test_cli_refuses_in_one_line(tmp_path, overrides, message):
     proc = subprocess.run([sys.executable, "run.py", "tracking=none", f"hydra.run.dir={tmp_path}/run", *overrides],
@@ -253,11 +257,6 @@ def test_cli_refuses_in_one_line(tmp_path, overrides, message):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(message), lines
     assert overrides[-1].split("=")[-1] in lines[0]  # names the value
-
-
-def test_issue_names_choose_the_same_routers():
-    assert compose_run_config([*BASE, "router=least_outstanding"]).router.name == "least_outstanding_requests"
-    assert compose_run_config([*BASE, "router=least_tokens"]).router.name == "least_outstanding_tokens"
 
 
 # -- events at one instant -----------------------------------------------------------------------
@@ -311,7 +310,7 @@ def test_an_mlflow_run_of_a_cluster_is_named_by_its_topology():
         return run_name(compose_run_config(["engine=simulated", "tracking=none", *overrides]), [], [], None)
 
     assert name() == "ch10_mixed budget=512 (simulated)"
-    assert name("topology=replicas", "topology.replicas=4", "router=least_outstanding") == \
+    assert name("topology=replicas", "topology.replicas=4", "router=least_outstanding_requests") == \
         "ch10_mixed budget=512 4 replicas least_outstanding_requests (simulated)"
     assert name("topology=disaggregated", "topology.prefill=2", "topology.decode=3") .startswith(
         "ch10_mixed budget=512 2P3D ")

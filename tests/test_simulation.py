@@ -212,7 +212,8 @@ def test_a_calibrated_profile_guards_real_runs_and_drives_simulated_ones(tmp_pat
     assert len(readings) == 3 and cal.profile["sentinel"]["baseline_ratio"] == sorted(readings)[1] > 0
     from chunklab.calibration.sentinel import SpeedSentinel
 
-    sentinel = SpeedSentinel.for_run(compose_run_config(base + [f"engine.profile={profile}"]))
+    cfg = compose_run_config(base + [f"engine.profile={profile}"])
+    sentinel = SpeedSentinel.for_run(cfg.model, cfg.engine)
     assert sentinel.baseline_ratio == cal.profile["sentinel"]["baseline_ratio"]
     assert 0 <= real.summary["noisy_steps_share"] <= 1 and real.summary["worst_step_excess"] > 0
     assert all(s.predicted_s > 0 for s in real.result.steps)

@@ -14,7 +14,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from chunklab.topology.phases import PHASES, phase_seconds
-from chunklab.config import RunConfig
+from chunklab.config import ModelConfig, RunConfig, WorkloadConfig
 from chunklab.engine.replay import ReplayResult
 from chunklab.engine.executors.simulated import NOTE as SIMULATED_NOTE
 from chunklab.interrupts import Interrupted, Interrupts
@@ -106,9 +106,9 @@ def run_tracked(cfg: RunConfig, run_dir: Path, tags: dict[str, str], name: str =
         try:
             out = run_experiment(cfg, run_dir, should_stop=lambda: interrupts.requested)
         except RunFailed as failed:  # log what it measured, then end FAILED with the step's error
-            log_output(tracker, cfg, failed.output)
+            log_output(tracker, cfg.workload, cfg.model, failed.output)
             raise failed.output.result.error from None
-        log_output(tracker, cfg, out)
+        log_output(tracker, cfg.workload, cfg.model, out)
         if interrupts.requested:
             s = out.summary
             where = f"; MLflow run {tracker.run_id} marked KILLED" if tracker.run_id else ""
@@ -118,10 +118,10 @@ def run_tracked(cfg: RunConfig, run_dir: Path, tags: dict[str, str], name: str =
     return out
 
 
-def log_output(tracker: Tracker, cfg: RunConfig, out: RunOutput) -> None:
-    tracker.log_workload(cfg.workload.name, workload_frame(out.result.sequences),
-                         cfg.workload.trace.path if cfg.workload.kind == "trace" else "",
-                         {"spec": describe_workload(cfg.workload, cfg.model)})
+def log_output(tracker: Tracker, workload: WorkloadConfig, model: ModelConfig, out: RunOutput) -> None:
+    tracker.log_workload(workload.name, workload_frame(out.result.sequences),
+                         workload.trace.path if workload.kind == "trace" else "",
+                         {"spec": describe_workload(workload, model)})
     tracker.log_result(out.summary, out.conditions, out.tags, out.result.steps, out.files)
 
 

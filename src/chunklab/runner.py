@@ -17,7 +17,7 @@ from chunklab.topology.phases import Placement
 from chunklab.topology.simulated import simulate_cluster
 from chunklab.topology.summary import cluster_summary
 from chunklab.topology.cluster import Cluster, build_cluster
-from chunklab.config import RunConfig
+from chunklab.config import RunConfig, SloConfig
 from chunklab.engine.build import build_engine, executor_kind, make_executor
 from chunklab.cost_models import CostModel, cost_model_for
 from chunklab.engine.engine import LLMEngine
@@ -90,18 +90,18 @@ def execute(cfg: RunConfig, warmup: bool = True, slowdown: bool = False, on_requ
         served = _serve_measured_cluster(cfg, requests, on_done, should_stop)
     else:
         served = _serve_measured(cfg, requests, warmup, on_done, should_stop)
-    return _score(cfg, requests, trace_stats, served, slowdown)
+    return _score(cfg.slo, requests, trace_stats, served, slowdown)
 
 
-def _score(cfg: RunConfig, requests: list[Request], trace_stats, served: _Served, slowdown: bool) -> Executed:
-    """The one path from a served run to its records and summary."""
+def _score(slo: SloConfig, requests: list[Request], trace_stats, served: _Served, slowdown: bool) -> Executed:
+    """The one path from a served run to its records and summary (scored under slo)."""
     result = served.result
     records = [record(s) for s in result.sequences]
     records = [dataclasses.replace(r, reason=f"instance {served.lost[r.request_id]} died; {r.reason}")
                if r.request_id in served.lost else r for r in records]
     if slowdown and not result.stopped:  # alone on one idle engine of the pool arrivals go to
         records = with_slowdown(records, IsolatedLatency.measure(served.engine, requests))
-    summary = summarize(records, result.steps, result.makespan_s, cfg.slo, served.num_chunked_prefills)
+    summary = summarize(records, result.steps, result.makespan_s, slo, served.num_chunked_prefills)
     summary |= served.extra
     return Executed(requests, served.engine, result, records, summary, trace_stats, served.why_unguarded,
                     served.cluster, served.placements)

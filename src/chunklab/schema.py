@@ -77,8 +77,17 @@ def _unknown_keys(node: DictConfig, prefix: str = "") -> list[str]:
     return out
 
 
+# Config-group options renamed so that each concept has one name: the old spelling is one line naming the new.
+RENAMED_OPTIONS = {("router", "least_outstanding"): "least_outstanding_requests",
+                   ("router", "least_tokens"): "least_outstanding_tokens"}
+
+
 def error_line(err: BaseException) -> str:
     """One line naming the key (and the override, where there is one) for a Hydra/OmegaConf error."""
+    missing = re.search(r"Could not find '(\w+)/(\w+)'", str(err))
+    if missing and tuple(missing.groups()) in RENAMED_OPTIONS:
+        group, old = missing.groups()
+        return f"{group}={old} was renamed: use {group}={RENAMED_OPTIONS[(group, old)]}"
     cause = err.__cause__ if isinstance(err.__cause__, OmegaConfBaseException) else err
     override = re.search(r"override '?([^\s']+=[^\s']*)", str(err))
     if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):

@@ -127,14 +127,14 @@ def calibrate(model: ModelConfig, engine: EngineConfig, s: CalibrationSettings,
                     "stalled_steps_left_out": trimmed, "serving_s": round(serving_s, 1)},
         "conditions": {k: cond[k] for k in CONDITION_KEYS},
     }
-    profile["sentinel"] = sentinel_baseline(cfg, profile)
+    profile["sentinel"] = sentinel_baseline(cfg.model, cfg.engine, profile)
     return Calibration(shapes, times, serving, results, profile)
 
 
-def sentinel_baseline(cfg: RunConfig, profile: dict) -> dict:
+def sentinel_baseline(model: ModelConfig, engine: EngineConfig, profile: dict) -> dict:
     """What the speed sentinel reads against this profile on the machine as just calibrated: later
     readings are taken over it (calibration/sentinel.py says why it is not 1)."""
-    sentinel = SpeedSentinel(cfg.model, cfg.engine, LinearCostModel.from_profile(profile))
+    sentinel = SpeedSentinel(model, engine, LinearCostModel.from_profile(profile))
     readings = [sentinel.read().raw_ratio for _ in range(SENTINEL_BASELINE_READS)]
     return {"baseline_ratio": statistics.median(readings), "readings": readings, "num_requests": sentinel.num_requests,
             "statistic": f"median of {SENTINEL_BASELINE_READS} readings right after the fit"}

@@ -38,7 +38,7 @@ import statistics
 from dataclasses import dataclass
 
 from chunklab.calibration.serving import BURST_RATE_PER_S, REPLAY_SEED, replay_workload
-from chunklab.config import EngineConfig, ModelConfig, RunConfig, SchedulerConfig
+from chunklab.config import EngineConfig, ModelConfig, SchedulerConfig
 from chunklab.engine.build import build_engine
 from chunklab.cost_models import CostModel
 from chunklab.cost_models.linear import load_cost_model, profile_path, read_profile
@@ -95,12 +95,12 @@ class SpeedSentinel:
         self._runner = None
 
     @classmethod
-    def for_run(cls, cfg: RunConfig) -> "SpeedSentinel":
+    def for_run(cls, model: ModelConfig, engine: EngineConfig) -> "SpeedSentinel":
         """The sentinel of a measured run's model, engine and profile (engine.profile), against the
         reading its calibration took."""
-        cost_model, _ = load_cost_model(cfg.model, cfg.engine, required=True)
-        doc, _ = read_profile(profile_path(cfg.engine))
-        return cls(cfg.model, cfg.engine, cost_model, baseline_ratio=baseline_of(doc))
+        cost_model, _ = load_cost_model(model, engine, required=True)
+        doc, _ = read_profile(profile_path(engine))
+        return cls(model, engine, cost_model, baseline_ratio=baseline_of(doc))
 
     def read(self) -> SentinelReading:
         """The first read replays twice and keeps the second: measured on this VM, a fresh

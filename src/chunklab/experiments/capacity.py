@@ -16,7 +16,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from chunklab.config import RunConfig
+from chunklab.config import ModelConfig, RunConfig, WorkloadConfig
 from chunklab.experiments.simulate import simulate_many
 from chunklab.workload import make_requests
 
@@ -38,10 +38,10 @@ class Capacity:
         return self.lo_req_per_s
 
 
-def natural_rate(cfg: RunConfig) -> float:
+def natural_rate(workload: WorkloadConfig, model: ModelConfig) -> float:
     """A trace slice's own mean arrival rate (requests / span), at time_scale 1."""
-    at_one = dataclasses.replace(cfg.workload, trace=dataclasses.replace(cfg.workload.trace, time_scale=1.0))
-    requests, _ = make_requests(at_one, cfg.model)
+    at_one = dataclasses.replace(workload, trace=dataclasses.replace(workload.trace, time_scale=1.0))
+    requests, _ = make_requests(at_one, model)
     span_s = max(r.arrival_s for r in requests) - min(r.arrival_s for r in requests)
     return (len(requests) - 1) / span_s
 
@@ -51,18 +51,18 @@ def at_rate(cfg: RunConfig, rate: float, seed: int, trace_rate: float | None = N
     (trace_rate: its natural_rate, computed once by the caller)."""
     if cfg.workload.kind == "synthetic":
         return dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, rate_per_s=rate, load=None, seed=seed))
-    trace = dataclasses.replace(cfg.workload.trace, time_scale=(trace_rate or natural_rate(cfg)) / rate)
+    trace = dataclasses.replace(cfg.workload.trace, time_scale=(trace_rate or natural_rate(cfg.workload, cfg.model)) / rate)
     return dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, trace=trace, seed=seed))
 
 
-def seeds_for(cfg: RunConfig, seeds: list[int]) -> list[int]:
-    return seeds if cfg.workload.kind == "synthetic" else seeds[:1]
+def seeds_for(workload: WorkloadConfig, seeds: list[int]) -> list[int]:
+    return seeds if workload.kind == "synthetic" else seeds[:1]
 
 
 def probe(cfg: RunConfig, rate: float, seeds: list[int], processes: int | None = None,
           trace_rate: float | None = None, keys: tuple[str, ...] = PROBE_KEYS) -> dict:
     """Simulated at `rate`: each key's mean over the seeds (equal request counts: the pooled attainment)."""
-    summaries = simulate_many([at_rate(cfg, rate, s, trace_rate) for s in seeds_for(cfg, seeds)], processes)
+    summaries = simulate_many([at_rate(cfg, rate, s, trace_rate) for s in seeds_for(cfg.workload, seeds)], processes)
     return {"rate_per_s": rate} | {k: sum(s.get(k, math.nan) for s in summaries) / len(summaries) for k in keys}
 
 
@@ -70,7 +70,7 @@ def search(cfg: RunConfig, seeds: list[int], target: float = 0.9, rel_tol: float
            processes: int | None = None, criterion=None, start: tuple[float, float] = (2.0, 16.0),
            keys: tuple[str, ...] = PROBE_KEYS) -> Capacity:
     """The simulated capacity of cfg's workload (cfg.workload.num_requests a seed) under its scheduler."""
-    trace_rate = natural_rate(cfg) if cfg.workload.kind == "trace" else None
+    trace_rate = natural_rate(cfg.workload, cfg.model) if cfg.workload.kind == "trace" else None
     return bisect(lambda rate: probe(cfg, rate, seeds, processes, trace_rate, keys), target, start, rel_tol,
                   criterion=criterion)
 

@@ -14,4 +14,5 @@ def compose_run_config(overrides: list[str]) -> RunConfig:
 
 def simulated_conditions(overrides: list[str]) -> str:
     """The conditions line of a simulated run with these overrides (the sim_* tables' last line)."""
-    return sim_conditions_line(compose_run_config(["engine=simulated", *overrides]))
+    cfg = compose_run_config(["engine=simulated", *overrides])
+    return sim_conditions_line(cfg.model, cfg.engine, cfg.hardware)

@@ -59,21 +59,22 @@ def default_processes() -> int:
     return max(1, min(len(os.sched_getaffinity(0)), int(os.environ.get("CHUNKLAB_SIM_PROCESSES", "64"))))
 
 
-def simulate_many(cfgs: list[RunConfig], processes: int | None = None, fn=simulate, label: str | None = None) -> list:
-    """fn (simulate or simulate_requests) of each config, in order. With a label, a stage's long
-    grid: `[label] run k/n (elapsed s)` on stderr at every tenth of it."""
+def simulate_many(items: list, processes: int | None = None, fn=simulate, label: str | None = None) -> list:
+    """fn of each item, in order, in `processes` forked workers: by default a RunConfig simulated
+    (simulate, simulate_requests, ...), or a stage's job tuple and its worker. With a label, a stage's
+    long grid: `[label] run k/n (elapsed s)` on stderr at every tenth of it."""
     processes = processes or default_processes()
-    start_s, every = time.monotonic(), max(1, len(cfgs) // 10)
+    start_s, every = time.monotonic(), max(1, len(items) // 10)
 
     def reported(results):
         out = []
         for k, result in enumerate(results, 1):
             out.append(result)
-            if label and (k % every == 0 or k == len(cfgs)):
-                print(f"[{label}] run {k}/{len(cfgs)} ({time.monotonic() - start_s:.0f} s)", file=sys.stderr, flush=True)
+            if label and (k % every == 0 or k == len(items)):
+                print(f"[{label}] run {k}/{len(items)} ({time.monotonic() - start_s:.0f} s)", file=sys.stderr, flush=True)
         return out
 
-    if processes == 1 or len(cfgs) == 1:
-        return reported(fn(c) for c in cfgs)
-    with multiprocessing.get_context("fork").Pool(min(processes, len(cfgs))) as pool:
-        return reported(pool.imap(fn, cfgs, chunksize=1))
+    if processes == 1 or len(items) == 1:
+        return reported(fn(c) for c in items)
+    with multiprocessing.get_context("fork").Pool(min(processes, len(items))) as pool:
+        return reported(pool.imap(fn, items, chunksize=1))

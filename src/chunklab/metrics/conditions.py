@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from chunklab.config import ModelConfig, RunConfig, WorkloadConfig, trace_length_scale
+from chunklab.config import EngineConfig, HardwareConfig, ModelConfig, RunConfig, WorkloadConfig, trace_length_scale
 from chunklab.cost_models import cost_model_for
 from chunklab.engine.malloc_policy import heap_policy
 from chunklab.model.sizes import num_parameters
@@ -147,11 +147,11 @@ def _torch_conditions(device: str) -> dict[str, str]:
             "torch_threads": str(torch.get_num_threads())}
 
 
-def sim_conditions_line(cfg: RunConfig) -> str:
+def sim_conditions_line(model: ModelConfig, engine: EngineConfig, hardware: HardwareConfig) -> str:
     """The conditions of a simulated table: the cost model's, never this machine's or this moment's,
     so the table reproduces byte for byte wherever it is regenerated."""
-    cm, _ = cost_model_for(cfg.model, cfg.engine, cfg.hardware, required=True)
-    return (f"SIMULATED: {cfg.model.name} ({num_parameters(cfg.model):,} params, {cfg.model.dtype}), step times "
+    cm, _ = cost_model_for(model, engine, hardware, required=True)
+    return (f"SIMULATED: {model.name} ({num_parameters(model):,} params, {model.dtype}), step times "
             f"predicted by {cm.provenance.phrase}")
 
 

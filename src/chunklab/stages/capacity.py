@@ -101,7 +101,8 @@ def run(p: CapacityParams, profile: Path, out_dir: Path, table_path: Path) -> No
                          f"must be one of budgets {p.budgets} and slos {p.slos}")
     common = ["experiment=ch10", f"workload={p.workload}", "slowdown=false", f"engine.profile={profile}",
               f"workload.num_requests={p.num_requests}", *p.overrides]
-    sentinel = SpeedSentinel.for_run(compose_run_config(common))
+    composed = compose_run_config(common)
+    sentinel = SpeedSentinel.for_run(composed.model, composed.engine)
     readings: list[float] = []
     conditions: list[str] = []
     rows, probe_frames, slo_text = [], [], {}

@@ -45,6 +45,7 @@ class FidelityParams:
     seeds: list[int]  # the first is repeated (the machine's noise, the simulation's points); the rest run once
     repeats: int
     budgets: list[int]
+    repeated_budgets: list[int]  # whose first-seed grid points are repeated and simulated; the others' run once
     loads: list[float]  # of this machine's measured capacity (the capacity stage's, budget 512)
     trace: FidelityTrace
     shares: list[tuple[float, int, float]]  # [long-prompt share, budget, load]: cells of the sim_share map, measured too
@@ -55,22 +56,24 @@ class FidelityParams:
 
 
 def points(p: FidelityParams, capacity_req_per_s: float) -> list[tuple[str, float | None, dict]]:
-    """(label, load, overrides) of every repeated point, named as paired.csv names them: each budget at
-    each load of this machine's measured capacity with the first seed (the grid the fidelity tables
-    read), then the trace slice (load None: its own timestamps)."""
+    """(label, load, overrides) of every repeated point, named as paired.csv names them: each repeated
+    budget at each load of this machine's measured capacity with the first seed (the grid the fidelity
+    tables read), the share cells, then the trace slice (load None: its own timestamps)."""
     t = p.trace
-    return grid_points(p, capacity_req_per_s, p.seeds[:1]) + share_points(p, capacity_req_per_s) + [
+    return grid_points(p, capacity_req_per_s, p.seeds[:1], p.repeated_budgets) + share_points(p, capacity_req_per_s) + [
         (f"azure_conv b{t.budget} rows {t.start_offset}-{t.start_offset + t.rows}", None,
          {"workload": "azure_conv", "slo": "ch10", "workload.num_requests": t.rows,
           "workload.trace.start_offset": t.start_offset, "scheduler.budget": t.budget} | _pairs(t.overrides))]
 
 
-def grid_points(p: FidelityParams, capacity_req_per_s: float, seeds: list[int]) -> list[tuple[str, float, dict]]:
-    """Each budget at each load, per seed; the first seed's labels carry no seed (paired.csv's points)."""
+def grid_points(p: FidelityParams, capacity_req_per_s: float, seeds: list[int],
+                budgets: list[int] | None = None) -> list[tuple[str, float, dict]]:
+    """Each budget (of `budgets`, default all) at each load, per seed; the first seed's labels carry no
+    seed (paired.csv's points)."""
     out = []
     for seed in seeds:
         for load in p.loads:
-            for budget in p.budgets:
+            for budget in p.budgets if budgets is None else budgets:
                 out.append((f"{p.workload} b{budget} load {load:g}" + ("" if seed == p.seeds[0] else f" seed {seed}"),
                             load, {"experiment": "ch10", "workload": p.workload, "workload.num_requests": p.num_requests,
                                    "workload.seed": seed, "workload.rate_per_s": round(load * capacity_req_per_s, 4),
@@ -122,19 +125,24 @@ def run(p: FidelityParams, profile: Path, probe_only_profile: Path, capacity_csv
     table at table_path. profile: this machine's profile (fit on probe shapes and serving replays),
     probe_only_profile: its probe-only fit; both named in the conditions as given. capacity_csv: the
     capacity stage's measured capacity, which the loads are fractions of."""
+    if not set(p.repeated_budgets) <= set(p.budgets):
+        raise SystemExit(f"fidelity: repeated_budgets {p.repeated_budgets} must be among budgets {p.budgets}")
     profiles = {"probe + serving": profile, "probe only": probe_only_profile}
     out_dir.mkdir(parents=True, exist_ok=True)
     base = ["tracking.progress=false", "tracking.experiment_name=dvc_fidelity", "slowdown=false",
             f"engine.profile={profile}", *p.overrides]
     capacity = measured_capacity(capacity_csv)
     pts = [(label, pt) for label, _, pt in points(p, capacity)]
-    others = grid_points(p, capacity, p.seeds[1:])  # the other seeds: measured once, for the report's paired claims
+    # measured once, for the report's paired claims: the first seed at the budgets not repeated, the other seeds
+    others = (grid_points(p, capacity, p.seeds[:1], [b for b in p.budgets if b not in p.repeated_budgets])
+              + grid_points(p, capacity, p.seeds[1:]))
     loads = {label: load for label, load, _ in points(p, capacity) + others}
     # repeats outermost, so a slow spell hits every point alike; then the other seeds, once each
     order = ([(r, label, pt) for r in range(p.repeats) for label, pt in pts]
              + [(0, label, pt) for label, _, pt in others])
     n_repeated = p.repeats * len(pts)  # the runs the simulations are compared with, each between two sentinel readings
-    sentinel = SpeedSentinel.for_run(compose_run_config(base))
+    composed = compose_run_config(base)
+    sentinel = SpeedSentinel.for_run(composed.model, composed.engine)
     readings = []
 
     def read(i: int) -> dict:
@@ -179,7 +187,7 @@ def run(p: FidelityParams, profile: Path, probe_only_profile: Path, capacity_csv
         runs.append(sim_runs.assign(fit=fit))
         tables[fit] = percentile_table(res.runs, sim_runs)
         if fit == "probe + serving":  # the profile the tables' main columns come from
-            cond_lines = {"simulated": sim_conditions_line(cfgs[0])}
+            cond_lines = {"simulated": sim_conditions_line(cfgs[0].model, cfgs[0].engine, cfgs[0].hardware)}
             # Drift-aware: each measured repeat against a simulation of its own, the profile's
             # step times scaled by that repeat's sentinel (and, as a check that cannot be a
             # prediction, by the repeat's own measured / predicted step ratio).
@@ -198,7 +206,7 @@ def run(p: FidelityParams, profile: Path, probe_only_profile: Path, capacity_csv
                 runs.append(scaled_runs.assign(fit=f"probe + serving, {name}"))
                 tables[name] = percentile_table(res.runs, scaled_runs.groupby("point", sort=False).median(
                     numeric_only=True).reset_index().assign(executor="simulated"))
-                cond_lines[f"simulated ({name})"] = sim_conditions_line(scaled[0]) + (
+                cond_lines[f"simulated ({name})"] = sim_conditions_line(scaled[0].model, scaled[0].engine, scaled[0].hardware) + (
                     f"; each repeat its own scale ({column}: {res.runs[column].min():.3f}-{res.runs[column].max():.3f})"
                     + (f", each reading over the sentinel's right after calibration, {sentinel.baseline_ratio:.3f}"
                        if column == "sentinel_ratio" else ""))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from chunklab.config import RunConfig, SloConfig
+from chunklab.config import LinkConfig, RunConfig, SloConfig
 from chunklab.experiments.capacity import at_rate, natural_rate, search
 from chunklab.experiments.compose import compose_run_config
 from chunklab.experiments.load import reference_config
@@ -148,7 +148,7 @@ def run(p: SimDisaggParams, out_dir: Path) -> None:
             colocated = base_config(m, h, w, p, ("topology=replicas",), count)
             split = {link: base_config(m, h, w, p, ("topology=disaggregated", f"link={link}"), count)
                      for link in p.links}
-            trace_rate = natural_rate(colocated) if colocated.workload.kind == "trace" else None
+            trace_rate = natural_rate(colocated.workload, colocated.model) if colocated.workload.kind == "trace" else None
             for load in p.loads:
                 rate = load * n * cap["capacity_req_per_s"]
                 for t in topologies(p, n):
@@ -163,20 +163,20 @@ def run(p: SimDisaggParams, out_dir: Path) -> None:
     cells.to_csv(out_dir / "cells.csv", index=False, float_format="%.6g")
     winners.to_csv(out_dir / "winners.csv", index=False, float_format="%.6g")
     write_json(out_dir / "metrics.json", stage_metrics(winners, len(cfgs)))
-    write_json(out_dir / "conditions.json", conditions(p, slos, split))
+    write_json(out_dir / "conditions.json", conditions(p, slos, {name: cfg.link for name, cfg in split.items()}))
     print(f"[sim_disagg] {len(cfgs)} runs, {len(winners)} points: " + ", ".join(
         f"{k} {v}" for k, v in winners["winner"].value_counts().sort_index().items()), flush=True)
 
 
 def conditions(p: SimDisaggParams, slos: dict[tuple[str, str], dict[str, SloConfig]],
-               split: dict[str, RunConfig]) -> dict:
+               links: dict[str, LinkConfig]) -> dict:
     """What the report needs to say what was compared: the grid, each pair's SLO seconds, each link."""
     return dataclasses.asdict(p) | {
         "min_colocated_share": MIN_COLOCATED_SHARE,
         "requests_per_run": {str(n): requests_per_run(p, n) for n in p.gpus},
         "slo_seconds": {f"{m} on {h}": {name: dataclasses.asdict(s) for name, s in sets.items()}
                         for (m, h), sets in slos.items()},
-        "link_presets": {name: dataclasses.asdict(cfg.link) for name, cfg in split.items()}}
+        "link_presets": {name: dataclasses.asdict(link) for name, link in links.items()}}
 
 
 def tidy(keys: list[dict], summaries: list[dict], slos: dict[tuple[str, str], dict[str, SloConfig]]) -> pd.DataFrame:

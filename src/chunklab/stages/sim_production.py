@@ -103,8 +103,8 @@ def pair_capacities(cases: list[tuple[str, str, str]], bases: list[RunConfig], p
 
 def grid_configs(base: RunConfig, cap: float, p: SimProductionParams) -> tuple[list, list]:
     """The budgets x loads x seeds runs of one case: their (budget, load, seed) keys and configs."""
-    trace_rate = natural_rate(base) if base.workload.kind == "trace" else None
-    grid = list(itertools.product(p.budgets, p.loads, seeds_for(base, p.seeds)))
+    trace_rate = natural_rate(base.workload, base.model) if base.workload.kind == "trace" else None
+    grid = list(itertools.product(p.budgets, p.loads, seeds_for(base.workload, p.seeds)))
     return grid, [at_rate(with_scheduler(base, budget=b), load * cap, s, trace_rate) for b, load, s in grid]
 
 
@@ -205,7 +205,7 @@ def write_tables(p: SimProductionParams, caps: pd.DataFrame, cells: pd.DataFrame
     md = ["### Production scale (simulated, roofline cost model)", ""]
     for (model, hardware), g in cells.groupby(["model", "hardware"], sort=False):
         cfg = base_config(model, hardware, p.workloads[0], p)
-        md += [f"**{model} on {hardware}**: {sim_conditions_line(cfg)}. KV pool {cfg.engine.num_blocks:,} blocks of "
+        md += [f"**{model} on {hardware}**: {sim_conditions_line(cfg.model, cfg.engine, cfg.hardware)}. KV pool {cfg.engine.num_blocks:,} blocks of "
                f"{cfg.engine.block_size} tokens, at most {cfg.scheduler.max_num_seqs} running sequences.", ""]
         for workload, w in g.groupby("workload", sort=False):
             cap = caps[(caps["model"] == model) & (caps["hardware"] == hardware) & (caps["workload"] == workload)]

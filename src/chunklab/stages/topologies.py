@@ -52,7 +52,7 @@ class TopologiesParams:
 # The same two cores, three ways: one engine on both (torch's threads), two replicas (one core and
 # one thread each), one prefill + one decode instance (likewise; KV through shared memory).
 ARMS = {"single": {},
-        "replicas": {"topology": "replicas", "topology.replicas": 2, "router": "least_outstanding"},
+        "replicas": {"topology": "replicas", "topology.replicas": 2, "router": "least_outstanding_requests"},
         "pd": {"topology": "disaggregated", "topology.prefill": 1, "topology.decode": 1, "link": "shm"}}
 ARM_METRICS = ["slo_attainment", "ttft_p50_s", "tpot_p50_s"]  # per arm and load: median, min, max over repeats
 COORDINATOR_METRICS = ["coordinator_cpu_s", "coordinator_cpu_share"]  # measured cluster arms only (NaN elsewhere)
@@ -68,7 +68,8 @@ def _one_thread_ratio(base: list[str]) -> float:
     """The sentinel's ratio on one core and one thread, as an instance runs (in a process of its own:
     pinning this one would pin the threads torch starts next, and slow every run after)."""
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    return SpeedSentinel.for_run(compose_run_config([*base, "engine.threads=1"])).read().ratio
+    cfg = compose_run_config([*base, "engine.threads=1"])
+    return SpeedSentinel.for_run(cfg.model, cfg.engine).read().ratio
 
 
 def one_thread_scale(base: list[str]) -> tuple[float, float, float]:
@@ -77,7 +78,8 @@ def one_thread_scale(base: list[str]) -> tuple[float, float, float]:
     the other. Returns (scale, one, two): the twins of the cluster arms take scale = one / two as
     hardware.step_time_scale, since the profile prices the single engine's steps and each instance of
     a cluster runs on one thread."""
-    two = SpeedSentinel.for_run(compose_run_config(base)).read().ratio
+    cfg = compose_run_config(base)
+    two = SpeedSentinel.for_run(cfg.model, cfg.engine).read().ratio
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         one = pool.apply(_one_thread_ratio, (base,))
     return one / two, one, two
@@ -151,7 +153,7 @@ def run(p: TopologiesParams, profile: Path, capacity_csv: Path, out_dir: Path, t
     table.to_csv(out_dir / "paired.csv", index=False, float_format="%.4g")
     arms.to_csv(out_dir / "arms.csv", index=False, float_format="%.4g")
     res.requests.to_csv(out_dir / "requests_measured.csv", index=False, float_format="%.6g")
-    lines = {"measured": res.conditions[0], "simulated": sim_conditions_line(cfgs[-1]),
+    lines = {"measured": res.conditions[0], "simulated": sim_conditions_line(cfgs[-1].model, cfgs[-1].engine, cfgs[-1].hardware),
              "shm link": link_conditions(model),
              "capacity_req_per_s": f"{capacity:.4g} (budget {p.capacity_cell[0]}, slo={p.capacity_cell[1]}, measured)",
              "instances' step time scale": f"{scale:.3f} (sentinel on one pinned core and thread {one:.3f}, "
