@@ -30,8 +30,8 @@ test-all: setup       ## including tests marked slow, pipeline and cluster
 deps: setup           ## rewrite each stage's src/chunklab deps in dvc.yaml from its module's imports
 	$(PY) -m chunklab.stages.deps --write
 
-bench: setup          ## engine micro-benchmark, printed
-	$(PY) -m chunklab.stages.bench_engine
+bench: setup          ## engine micro-benchmark, printed (ISA=avx2: every library capped to AVX2)
+	$(PY) -m chunklab.stages.bench_engine $(if $(ISA),--isa $(ISA))
 
 PEER := .peers/vllm
 peers: setup          ## vLLM's CPU build in its own venv (.peers/vllm/, ~3 min, 1.4 GB): the perf stage's measured peer

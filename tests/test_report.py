@@ -297,3 +297,12 @@ def test_the_capacity_note_says_under_which_slo_the_top_load_is_past_capacity():
                         "share_at_6": [0.5, 0.8, 0.95, 0.99, 0.85, 0.95]})
     note = past_top_note(cap, 6.0, "load 1.2")
     assert "`a` at every budget" in note and "`b` at no budget" in note and "`c` at budgets 64 only" in note
+
+
+def test_the_capacity_floor_is_the_reference_cell_measured_twice():
+    from chunklab.report.capacity import capacity_floor
+    sim = pd.DataFrame({"budget": [512], "slo": ["s"], "measured_req_per_s": [4.0], "simulated_req_per_s": [5.0]})
+    cap = pd.DataFrame({"slo": ["s", "s"], "budget": [64, 512], "capacity_req_per_s": [2.0, 3.0]})
+    assert capacity_floor(cap, sim) == pytest.approx(0.25)  # |4 - 3| / 4
+    assert capacity_floor(cap.assign(capacity_req_per_s=[2.0, float("nan")]), sim) is None  # the grid only bounds it
+    assert capacity_floor(cap, sim.drop(columns="measured_req_per_s")) is None

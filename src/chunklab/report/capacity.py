@@ -68,6 +68,20 @@ def grid_capacity(requests: pd.DataFrame, slos: dict[str, dict[str, SloConfig]])
     return pd.DataFrame(rows)
 
 
+def capacity_floor(cap: pd.DataFrame, simulated: pd.DataFrame) -> float | None:
+    """The reference cell measured twice, on the same seeds and run length (the capacity stage's bisection,
+    and the grid's crossing): |a - b| / max(a, b), a capacity's repeat floor on this machine. None where
+    either is missing or the grid only bounds it."""
+    if simulated.empty or "measured_req_per_s" not in simulated or cap.empty:
+        return None
+    ref = simulated.iloc[0]
+    row = cap[(cap["budget"] == int(ref["budget"])) & (cap["slo"] == ref["slo"])]
+    if row.empty or math.isnan(row.iloc[0]["capacity_req_per_s"]) or math.isnan(ref["measured_req_per_s"]):
+        return None
+    a, b = float(ref["measured_req_per_s"]), float(row.iloc[0]["capacity_req_per_s"])
+    return abs(a - b) / max(a, b)
+
+
 def past_top_note(cap: pd.DataFrame, top_rate: float, top_label: str) -> str:
     """Per SLO, whether the grid's top load is past capacity (share within the SLO under the target) at
     every budget: where it is not, the grid bounds capacity from below only."""
@@ -118,6 +132,11 @@ def capacity_section(cap: pd.DataFrame, simulated: pd.DataFrame, loads: dict[flo
                     f"run length: {ref['measured_req_per_s']:.2f} req/s by the capacity stage's bisection (the base of "
                     f"every load), {r['capacity']} req/s interpolated here, whose seeds alone span {r['seeds']} req/s; "
                     "the two sets of runs differ by the machine's drift between them.")
+            floor = capacity_floor(cap, simulated)
+            if floor is not None:
+                note[-1] += (f" They differ by {floor:.0%}: one pair, the only repeat of a capacity in this repro, "
+                             "so a difference between budgets' capacities is read beside it and decided by the paired "
+                             "verdicts on each request.")
     if not simulated.empty and "sim_steady_requests" in simulated:
         note.append(steady_note(simulated))
     return [HEADING,

@@ -81,12 +81,16 @@ def why_line(step_share: pd.DataFrame, split_ratio: float | None, link: str) -> 
 
 def summary(machine: str, slo_texts: dict[str, str], verdicts: pd.DataFrame, capacity: pd.DataFrame,
             step_share: pd.DataFrame, split_ratio: float | None, share_lines: list[str],
-            links: dict[str, str]) -> list[str]:
+            links: dict[str, str], capacity_floor: float | None = None) -> list[str]:
     """The summary lines. verdicts: all_verdicts (claims, within-SLO, split); capacity: report/capacity.py's
     grid_capacity (slo, budget, capacity as text); step_share: load, budget, share (median over seeds); share_lines: the prefill-share
-    map's answer, one line per SLO, already linked; links: anchors of the claims and capacity sections."""
+    map's answer, one line per SLO, already linked; links: anchors of the claims and capacity sections;
+    capacity_floor: report/capacity.capacity_floor (the reference cell measured twice), where known."""
     lines = [f"**The answer on this machine** ({machine}): when does a small token budget pay? "
-             "Each line is decided by the table it links to, by the report's one paired rule."]
+             "Each line is decided by the table it links to, by the report's one paired rule."
+             + (f" The reference capacity, measured twice in this repro (bisection and grid), differs by "
+                f"{capacity_floor:.0%}: one pair, the only repeat of a capacity here." if capacity_floor is not None
+                else "")]
     within = verdicts[verdicts.get("slo", pd.Series("", index=verdicts.index)).fillna("") != ""] \
         if not verdicts.empty else verdicts
     for name, text in slo_texts.items():

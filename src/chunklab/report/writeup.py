@@ -15,7 +15,7 @@ from chunklab.report.claim_text import (CLAIMS_HEADING, all_verdicts, capacity_t
 from chunklab.report.claims import HOLDS, split_verdicts
 from chunklab.report.share import HEADING as SHARE_HEADING, share_section, share_summary
 from chunklab.report.summary import anchor, summary
-from chunklab.report.capacity import HEADING as CAPACITY_HEADING, capacity_section, grid_capacity
+from chunklab.report.capacity import HEADING as CAPACITY_HEADING, capacity_floor, capacity_section, grid_capacity
 from chunklab.report.topologies import cluster_findings
 from chunklab.report.disagg_text import disagg_section
 from chunklab.report.peer import peer_findings
@@ -244,9 +244,11 @@ def top_summary(split: pd.DataFrame, outputs: Path, cpu_model: str) -> list[str]
                   .rename("share").reset_index() if not runs.empty else pd.DataFrame())
     ms = {(r.attention, r.passes): r.median_ms for r in split.itertuples()}
     ratio = ms[("paged", 24)] / ms[("paged", 1)] if ("paged", 1) in ms and ("paged", 24) in ms else None
+    cap = measured_capacity_table(outputs)
     return summary(cpu_model or "this machine", {name: describe(b["1"]) for name, b in slos.items()}, verdicts,
-                   measured_capacity_table(outputs), step_share, ratio, share_summary(outputs, anchor(SHARE_HEADING)),
-                   {"claims": anchor(CLAIMS_HEADING), "capacity": anchor(CAPACITY_HEADING)})
+                   cap, step_share, ratio, share_summary(outputs, anchor(SHARE_HEADING)),
+                   {"claims": anchor(CLAIMS_HEADING), "capacity": anchor(CAPACITY_HEADING)},
+                   capacity_floor(cap, capacity_table(outputs)))
 
 
 def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) -> str:

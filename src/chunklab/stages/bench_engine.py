@@ -1,17 +1,18 @@
 """Engine micro-benchmark (`make bench`): each figure and its ratio to this machine's matmul rate.
 
-    python -m chunklab.stages.bench_engine [--repeats N] [--threads T] [--prompt-tokens N] [--eager]
+    python -m chunklab.stages.bench_engine [--repeats N] [--threads T] [--prompt-tokens N] [--eager] [--isa avx2]
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import statistics
+import sys
 
 import torch
 
-from chunklab import bench
-from chunklab.config import EngineConfig, ModelConfig
+from chunklab import bench, isa
+from chunklab.config import ConfigError, EngineConfig, ModelConfig
 from chunklab.engine.executors.model_runner import linear_plan
 from chunklab.model.linear_library import linear_shapes
 
@@ -90,6 +91,7 @@ def report(repeats: int, threads: int, prompt_tokens: int, eager: bool) -> None:
     model, engine_cfg = ModelConfig(), EngineConfig(compile=not eager)
     peak = bench.matmul_gflops()
     path = bench.make_engine(model, engine_cfg, budget=8).executor.forward_path
+    print(f"instruction set: {isa.describe()}")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; matmul {peak:.1f} GFLOP/s; {path} forward")
     flops = bench.prefill_flops(model, prompt_tokens)
     print(f"\nprefill of {prompt_tokens} tokens ({flops / 1e9:.2f} GFLOP), median of {repeats}:")
@@ -133,7 +135,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--prompt-tokens", type=int, default=1536)
     ap.add_argument("--eager", action="store_true", help="eager torch ops (engine.compile=false), not the fused forward")
+    ap.add_argument("--isa", default="native", help=f"run capped to an instruction set: {', '.join(isa.CAPS)}")
     args = ap.parse_args(argv)
+    try:
+        isa.reexec_under(args.isa, ["-m", "chunklab.stages.bench_engine", *(sys.argv[1:] if argv is None else argv)])
+    except ConfigError as err:
+        ap.exit(2, f"chunklab: error: {err}\n")
     report(args.repeats, args.threads, args.prompt_tokens, args.eager)
 
 

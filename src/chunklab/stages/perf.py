@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pandas as pd
 
-from chunklab import bench
+from chunklab import bench, isa
 from chunklab.app import run_experiment
-from chunklab.config import EngineConfig
+from chunklab.config import ConfigError, EngineConfig
 from chunklab.engine.executors.model_runner import torch_threads
 from chunklab.experiments.compose import compose_run_config
 from chunklab.metrics.conditions import conditions, conditions_line
@@ -41,6 +42,7 @@ class PerfPeerParams:
 
 @Section
 class PerfParams:
+    isa: str  # chunklab/isa.py: native, or a cap (avx2) this stage restarts itself under
     repeats: int
     prefill_samples: int
     prompt_tokens: int
@@ -160,6 +162,7 @@ def run(p: PerfParams, profile: Path, csv_path: Path, vs_vllm_path: Path, end_to
     executor = bench.make_engine(cfg.model, EngineConfig(), budget=8).executor
     cond = conditions(cfg, executor.model.num_parameters(), forward_path=f"{executor.forward_path} (before: linear mkl; prefill attention sdpa)")
     cond["workload"] = "micro-benchmarks; end to end: ch10 trace, 24 requests, seed 3"
+    cond["isa"] = isa.describe()
     write_json(conditions_path, cond | {"line": conditions_line(cond)})
     serve = p.peer
     vllm_md = [peer_note] if peer.empty else [
@@ -172,7 +175,7 @@ def run(p: PerfParams, profile: Path, csv_path: Path, vs_vllm_path: Path, end_to
         "", peer.to_markdown(index=False, floatfmt=".3f")]
     md = ["### Performance: ratios measured side by side in one run, before (every linear layer through MKL, "
           "prefill chunks through ATen's SDPA) and after (this machine's probed GEMM library per batch size and "
-          f"the paged prefill kernel: {executor.forward_path})", "",
+          f"the paged prefill kernel: {executor.forward_path})", "", f"Instruction set: {cond['isa']}.", "",
           ratios.to_markdown(index=False), "",
           "### Against vLLM on the same machine, in the same run", "", *vllm_md, "",
           "### End to end: the chapter's trace, whole experiments", "",
@@ -191,7 +194,12 @@ def main(argv: list[str] | None = None) -> None:
         --metrics outputs/perf_metrics.json --table outputs/tables/perf.md
     """
     args = arguments(__doc__, "params", "profile", "csv", "vs_vllm", "end_to_end", "conditions", "metrics", "table", argv=argv)
-    run(read_section(args.params, "perf", PerfParams), profile=args.profile, csv_path=args.csv, vs_vllm_path=args.vs_vllm,
+    p = read_section(args.params, "perf", PerfParams)
+    try:
+        isa.reexec_under(p.isa, ["-m", "chunklab.stages.perf", *(sys.argv[1:] if argv is None else argv)])
+    except ConfigError as err:
+        raise SystemExit(f"perf: {err}") from None
+    run(p, profile=args.profile, csv_path=args.csv, vs_vllm_path=args.vs_vllm,
         end_to_end_path=args.end_to_end, conditions_path=args.conditions, metrics_path=args.metrics,
         table_path=args.table)
 
