@@ -66,7 +66,9 @@ def result_line(cfg: RunConfig, s: dict, run_dir: str, cost_model: str = "") -> 
         value = s.get(key, float("nan"))
         return "n/a" if value != value else f"{value * scale:.{digits}f}{unit}"  # NaN: no request finished
 
-    line = (f"budget {cfg.scheduler.budget:>5}: TTFT p50 {fmt('ttft_p50_s')} p99 {fmt('ttft_p99_s')}"
+    sched = cfg.scheduler
+    budget = f"budget {sched.budget:>5}" if sched.budget_policy == "fixed" else f"{sched.budget_policy} budget (<= {sched.budget})"
+    line = (f"{budget}: TTFT p50 {fmt('ttft_p50_s')} p99 {fmt('ttft_p99_s')}"
             f" | ITL p50 {fmt('itl_p50_s', 1e3, 'ms', 1)} p99 {fmt('itl_p99_s', 1e3, 'ms', 1)} | "
             f"TPOT p50 {fmt('tpot_p50_s', 1e3, 'ms', 1)} | {s['output_tokens_per_s']:.1f} tok/s | "
             f"goodput {s['goodput_req_per_s']:.3f} req/s ({100 * s['slo_attainment']:.0f}% in SLO)")

@@ -85,7 +85,8 @@ def test_cost_models_sit_below_the_engine():
     fail_with("cost_models/ imports a layer above it", offenders)
 
 
-REGISTRY_KEYS = ("engine.executor", "hardware.cost_model", "scheduler.ordering", "scheduler.admission", "router.",
+REGISTRY_KEYS = ("engine.executor", "hardware.cost_model", "scheduler.ordering", "scheduler.admission",
+                 "scheduler.budget_policy", "router.",
                  "topology.name")
 
 

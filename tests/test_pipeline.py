@@ -43,6 +43,10 @@ TINY = {
     "clocks": {"num_requests": 6, "repeats": 2, "loads": [0.5], "overrides": MICRO_MIX},
     "sim_share": {"shares": [0.1, 0.5], "budgets": [16, 8192], "num_requests": 20, "seeds": [3, 4], "rel_tol": 0.2,
                   "overrides": MICRO_MIX},
+    "budget_policy": {"num_requests": 8, "seeds": [3, 4], "loads": [0.5, 1.2], "slos": ["stall_scaled"],
+                      "overrides": MICRO_MIX},  # the fidelity grid's requests (its overrides and mix_overrides)
+    "sim_budget_policy": {"workloads": ["ch10_mixed"], "budgets": [16, 8192], "slos": ["stall_scaled"], "num_requests": 20,
+                          "seeds": [3, 4], "rel_tol": 0.2, "overrides": MICRO_MIX},
     "topologies": {"num_requests": 8, "repeats": 2, "loads": [0.5], "link_repeats": 2, "overrides": MICRO_MIX,
                 "capacity_cell": [16, "ch10"]},
     "sim_disagg": {"pairs": [["llama3_8b", "h100", 1.0]], "gpus": [2], "workloads": ["ch10_production", "azure_conv"],
@@ -85,6 +89,8 @@ EXPECTED = [
     "outputs/plots/simulated/disagg_llama3_8b_h100_nvlink4.png",
     *[f"outputs/topologies/{f}" for f in ("shm_link.csv", "shm.yaml", "runs.csv", "paired.csv", "metrics.json")],
     "outputs/tables/topologies.md",
+    "outputs/budget_policy/requests.csv", "outputs/simulated/budget_policy/standing.csv",
+    "outputs/simulated/budget_policy/costs.csv", "outputs/simulated/tables/budget_policy.md",
 ]
 SIM_OUTPUTS = "outputs/simulated"
 

@@ -5,14 +5,19 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
+from collections import deque
 
 import torch
 
 from chunklab.config import EngineConfig, ModelConfig, SchedulerConfig
+from chunklab.cost_models import CostModel
+from chunklab.engine.block_manager import BlockManager
 from chunklab.engine.build import build_engine
-from chunklab.engine.engine import LLMEngine
+from chunklab.engine.engine import LLMEngine, step_time_predictor
+from chunklab.engine.policies import budget_policy
 from chunklab.engine.replay import replay
-from chunklab.engine.sequence import Request
+from chunklab.engine.scheduler import Scheduler
+from chunklab.engine.sequence import Request, Sequence
 from chunklab.model.hf_export import to_llama
 from chunklab.model.linear_plan import linear_shapes, onednn_linear, pack
 from chunklab.model.native import PREFILL_ATTENTION, NativeUnavailable, load_extension
@@ -151,6 +156,30 @@ def step_overhead_s(model: ModelConfig, engine_cfg: EngineConfig, repeats: int) 
     engine = make_engine(model, engine_cfg, budget=8)
     result = replay(engine, [Request(0, 0.0, (1, 2), repeats + 2)])
     return list(result.steps.columns["duration_s"][2:])
+
+
+def budget_policy_step_s(cost_model: CostModel, mixed_batch: bool, policy: str, repeats: int,
+                         decodes: int = 8, context: int = 1000, prompt_tokens: int = 2000) -> list[float]:
+    """Seconds the budget policy takes to set one step's budget (scheduler.budget_policy; each sample
+    the mean of 100 calls), on a state where the SLO-aware policy must solve for its chunk: `decodes`
+    sequences decoding at `context` tokens, one `prompt_tokens` prompt waiting, a gap target the whole
+    prompt would break (the cost model's decode-only step x 1.5)."""
+    predict = step_time_predictor(cost_model, mixed_batch)
+    target_s = 1.5 * predict([context + 1] * decodes, 0, 0)
+    cfg = SchedulerConfig(budget=8192, budget_policy=policy, gap_target_s=target_s)
+    staging = Scheduler(cfg, BlockManager(decodes * (context // 16 + 2) + 4, 16), predict)
+    for i in range(decodes):
+        staging.stage(Request(i, 0.0, (7,) * context, 8), context, decoding=True)
+    running = list(staging.running)
+    waiting = deque([Sequence(Request(decodes, 0.0, (7,) * prompt_tokens, 8))])
+    chosen = budget_policy(cfg, predict)
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(100):
+            chosen.step_budget(running, waiting)
+        out.append((time.perf_counter() - t0) / 100)
+    return out
 
 
 def median_ms(xs: list[float]) -> float:

@@ -83,6 +83,12 @@ class SchedulerConfig:
     max_num_seqs: int = 8  # running sequences at most
     max_partial_prefills: int = 1  # prefills in flight across steps at once
     long_prefill_threshold: int = 0  # cap on one prefill's chunk per step; 0 = off
+    # How each step's budget is chosen (engine/policies/, BUDGETS): fixed (`budget` every step), or an
+    # adaptive one, for which `budget` is the most a step may take
+    budget_policy: str = "fixed"
+    pressure_budget_tokens: int = 512  # load_adaptive: the budget while prefills queue behind running decodes
+    # slo_adaptive: the gap a step may take while decodes run; null: the SLO in force's (experiments/prepare.py)
+    gap_target_s: float | None = None
 
 
 @dataclass  # not frozen: Hydra builds list items from this type while composing, and must fill them
@@ -266,6 +272,9 @@ def validate(cfg: RunConfig) -> None:
            f"must be >= scheduler.max_num_seqs ({s.max_num_seqs}) so every running sequence can decode")
     _check(s.max_partial_prefills >= 1, "scheduler.max_partial_prefills", s.max_partial_prefills, "must be >= 1")
     _check(s.long_prefill_threshold >= 0, "scheduler.long_prefill_threshold", s.long_prefill_threshold, "must be >= 0")
+    _check(s.pressure_budget_tokens >= s.max_num_seqs, "scheduler.pressure_budget_tokens", s.pressure_budget_tokens,
+           f"must be >= scheduler.max_num_seqs ({s.max_num_seqs}) so every running sequence can decode")
+    _check(s.gap_target_s is None or s.gap_target_s > 0, "scheduler.gap_target_s", s.gap_target_s, "must be > 0, or null")
     _validate_hardware(cfg.hardware, cfg.engine, cfg.model)
     _validate_topology(cfg.topology, cfg.link, cfg.scheduler, cfg.engine, cfg.slowdown)
     _validate_workload(w, m)

@@ -12,10 +12,11 @@ from typing import Protocol
 
 from chunklab.config import EngineConfig, ModelConfig, SchedulerConfig
 from chunklab.engine.block_manager import BlockManager
+from chunklab.engine.policies import StepTimePredictor
 from chunklab.cost_models import CostModel
 from chunklab.engine.scheduler import Scheduler, StepPlan
 from chunklab.engine.sequence import Request, Sequence
-from chunklab.cost_models.step_shape import StepShape
+from chunklab.cost_models.step_shape import Segment, StepShape
 
 
 class Executor(Protocol):
@@ -54,7 +55,7 @@ class LLMEngine:
         measured run's steps become data a cost model can be fit on; a simulated run needs none)."""
         self.max_seq_len = model_cfg.max_seq_len
         self.block_manager = BlockManager(engine_cfg.num_blocks, engine_cfg.block_size)
-        self.scheduler = Scheduler(sched_cfg, self.block_manager)
+        self.scheduler = Scheduler(sched_cfg, self.block_manager, step_time_predictor(cost_model, engine_cfg.mixed_batch))
         self.executor = executor
         self.clock = clock
         self.cost_model = cost_model
@@ -128,3 +129,16 @@ class LLMEngine:
                   plan.num_decode_tokens, plan.num_prefill_tokens, len(plan.prefills), self.scheduler.num_running,
                   self.scheduler.num_waiting, self.block_manager.num_free_blocks, len(plan.preempted), predicted_s)
         return values, shape.features() if self.log_features else None, finished
+
+
+def step_time_predictor(cost_model: CostModel | None, mixed_batch: bool) -> StepTimePredictor | None:
+    """The cost model as the scheduler's budget policies ask it (policies/base.py: StepTimePredictor);
+    None without one. The chunk is priced as one segment that does not sample (a step's chunks
+    together: the policy decides their total)."""
+    if cost_model is None:
+        return None
+
+    def predict(decode_ctx: list[int], prefill_tokens: int, cached_tokens: int) -> float:
+        segments = (Segment(prefill_tokens, cached_tokens, False),) if prefill_tokens else ()
+        return cost_model.predict(StepShape(tuple(decode_ctx), segments, mixed_batch))
+    return predict

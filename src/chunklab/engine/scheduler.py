@@ -1,7 +1,9 @@
 """Token-budget scheduler with chunked prefill. Plain Python, no torch.
 
-Each step spends `budget` tokens over three parts (policies/base.py): decodes, the running
-prefills' next chunks, admissions. The ordering policy says which part spends first
+Each step spends a token budget over three parts (policies/base.py): decodes, the running
+prefills' next chunks, admissions. The budget policy sets each step's budget (`fixed`, the
+chapter's: scheduler.budget every step; adaptive ones from the queues or from predicted step
+times, through a StepTimePredictor given at construction). The ordering policy says which part spends first
 (`decode_first`, the chapter's: decodes, then in-flight prefills oldest first, then
 admissions); the admission policy says which waiting sequence goes next.
 
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 
 from chunklab.config import SchedulerConfig
 from chunklab.engine.block_manager import BlockManager
-from chunklab.engine.policies import Part, admission_policy, ordering_policy
+from chunklab.engine.policies import Part, StepTimePredictor, admission_policy, budget_policy, ordering_policy
 from chunklab.engine.sequence import Phase, Request, Sequence
 
 
@@ -61,8 +63,10 @@ class SchedulerStats:
 
 
 class Scheduler:
-    def __init__(self, cfg: SchedulerConfig, block_manager: BlockManager):
+    def __init__(self, cfg: SchedulerConfig, block_manager: BlockManager, step_time: StepTimePredictor | None = None):
+        """step_time: the run's cost model as a predictor, for budget policies that need one (else None)."""
         self.block_manager = block_manager
+        self._step_time = step_time
         self.reconfigure(cfg)
         self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []  # admission order: oldest first
@@ -77,6 +81,7 @@ class Scheduler:
         self._cfg = cfg
         self._parts = ordering_policy(cfg.ordering).parts
         self._admission = admission_policy(cfg.admission)
+        self._budget_policy = budget_policy(cfg, self._step_time)
 
     @property
     def config(self) -> SchedulerConfig:
@@ -179,7 +184,7 @@ class Scheduler:
     # -- planning --------------------------------------------------------
     def schedule(self) -> StepPlan:
         plan = StepPlan()
-        self._budget_left = self._cfg.budget
+        self._budget_left = self._budget_policy.step_budget(self._running, self._waiting)
         for part in self._parts:
             self._fill[part](plan)
         return plan

@@ -20,9 +20,9 @@ from chunklab.config import RunConfig
 from chunklab.engine.build import EXECUTORS, executor_kind
 from chunklab.cost_models import COST_MODELS
 from chunklab.engine.kv_pool import pool_blocks
-from chunklab.engine.policies import ADMISSIONS, ORDERINGS
+from chunklab.engine.policies import ADMISSIONS, BUDGETS, ORDERINGS
 from chunklab.experiments.load import resolve_load
-from chunklab.experiments.slo import resolve_slo
+from chunklab.experiments.slo import resolve_slo, with_gap_target
 
 
 def prepare(cfg: RunConfig) -> RunConfig:
@@ -32,7 +32,8 @@ def prepare(cfg: RunConfig) -> RunConfig:
     if kind.measured:
         warn_if_another_machine(cfg.model, cfg.engine)  # a profile given by path, of another machine: one line
     cfg = dataclasses.replace(cfg, engine=resolve_profile(cfg.model, cfg.engine, cfg.hardware))
-    return resolve_load(resolve_slo(resolve_kv_pool(cfg)))
+    cfg = resolve_slo(resolve_kv_pool(cfg))
+    return resolve_load(dataclasses.replace(cfg, scheduler=with_gap_target(cfg.scheduler, cfg.slo)))
 
 
 def resolve_kv_pool(cfg: RunConfig) -> RunConfig:
@@ -49,6 +50,7 @@ def check_choices(cfg: RunConfig) -> None:
     COST_MODELS.check(cfg.hardware.cost_model)
     ORDERINGS.check(cfg.scheduler.ordering)
     ADMISSIONS.check(cfg.scheduler.admission)
+    BUDGETS.check(cfg.scheduler.budget_policy)
     TOPOLOGIES.check(cfg.topology.name)
     ROUTERS.check(cfg.router.name)
     ROUTERS.check(cfg.router.decode or cfg.router.name, "router.decode")

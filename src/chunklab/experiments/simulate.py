@@ -31,10 +31,11 @@ def simulate_regime(cfg: RunConfig) -> dict[str, float]:
     return summary | {"prefill_step_share": float((prefill > 0).mean()) if len(prefill) else 0.0}
 
 
-def simulate_requests(cfg: RunConfig) -> tuple[dict[str, float], list[dict]]:
-    """The summary and, per request, REQUEST_KEYS: pairs with a measured run of the same workload."""
+def simulate_requests(cfg: RunConfig, keys: tuple[str, ...] = REQUEST_KEYS) -> tuple[dict[str, float], list[dict]]:
+    """The summary and, per request, its RequestRecord fields `keys`: pairs with a measured run of the
+    same workload, or with another scheduler's run of the same requests."""
     summary, records = _simulate(cfg)
-    return summary, [{k: getattr(r, k) for k in REQUEST_KEYS} for r in records]
+    return summary, [{k: getattr(r, k) for k in keys} for r in records]
 
 
 def simulate_slos(cfg: RunConfig, slos: dict[str, SloConfig]) -> dict[str, float]:

@@ -26,6 +26,7 @@ from chunklab.config import (ConfigError, EngineConfig, HardwareConfig, ModelCon
                              SloConfig, WorkloadConfig)
 from chunklab.cost_models import cost_model_for
 from chunklab.cost_models.step_shape import Segment, StepShape
+from chunklab.engine.policies import BUDGETS
 
 MULTIPLES = ("ttft_prefill_multiple", "tpot_decode_multiple", "itl_p99_decode_multiple")
 
@@ -93,3 +94,15 @@ def describe(slo: SloConfig) -> str:
         rule = f" ({multiple:g} x the {step})" if multiple is not None else ""
         parts.append(f"{name} <= {1e3 * seconds:.1f} ms{rule}")
     return ", ".join(parts)
+
+
+def with_gap_target(s: SchedulerConfig, slo: SloConfig) -> SchedulerConfig:
+    """The scheduler config with gap_target_s set where its budget policy reads one and it is null: the
+    SLO's per-request p99 gap, else its mean gap (seconds by now: after resolve_slo)."""
+    if s.gap_target_s is not None or not BUDGETS.get(s.budget_policy).needs_gap_target:
+        return s
+    target = slo.itl_p99_s if slo.itl_p99_s is not None else slo.tpot_s
+    if target is None:
+        raise ConfigError(f"scheduler.budget_policy={s.budget_policy}: the SLO has no gap bound (slo.itl_p99_s and "
+                          "slo.tpot_s are null) to take scheduler.gap_target_s from: give one")
+    return dataclasses.replace(s, gap_target_s=target)

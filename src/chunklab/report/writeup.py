@@ -13,6 +13,7 @@ from chunklab.experiments.slo import describe
 from chunklab.report.claim_text import (CLAIMS_HEADING, all_verdicts, capacity_table, claim_findings, grid_requests,
                                         grid_runs, measured_capacity, scored_slos)
 from chunklab.report.claims import HOLDS, split_verdicts
+from chunklab.report.budget_policy import HEADING as POLICY_HEADING, budget_policy_section, budget_policy_summary
 from chunklab.report.share import HEADING as SHARE_HEADING, share_section, share_summary
 from chunklab.report.summary import anchor, summary
 from chunklab.report.capacity import HEADING as CAPACITY_HEADING, capacity_floor, capacity_section, grid_capacity
@@ -246,7 +247,8 @@ def top_summary(split: pd.DataFrame, outputs: Path, cpu_model: str) -> list[str]
     ratio = ms[("paged", 24)] / ms[("paged", 1)] if ("paged", 1) in ms and ("paged", 24) in ms else None
     cap = measured_capacity_table(outputs)
     return summary(cpu_model or "this machine", {name: describe(b["1"]) for name, b in slos.items()}, verdicts,
-                   cap, step_share, ratio, share_summary(outputs, anchor(SHARE_HEADING)),
+                   cap, step_share, ratio,
+                   share_summary(outputs, anchor(SHARE_HEADING)) + budget_policy_summary(outputs, anchor(POLICY_HEADING)),
                    {"claims": anchor(CLAIMS_HEADING), "capacity": anchor(CAPACITY_HEADING)},
                    capacity_floor(cap, capacity_table(outputs)))
 
@@ -286,6 +288,7 @@ def report(split, runs, requests, tokens, split_cond, tb_cond, outputs: Path) ->
         comparison(runs),
         *differences(runs, measured_capacity(outputs)),
         *share_section(outputs),
+        *budget_policy_section(outputs),
         "## Fidelity: simulated against measured", *m("fidelity"), *fidelity_findings(outputs),
         "![fidelity](plots/fidelity.png)",
         "## Two cores, three ways: one engine, two replicas, prefill/decode (measured, and simulated twins)",

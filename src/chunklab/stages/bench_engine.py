@@ -12,7 +12,10 @@ import sys
 import torch
 
 from chunklab import bench, isa
+from chunklab.calibration.machine import machine_profile_path
 from chunklab.config import ConfigError, EngineConfig, ModelConfig
+from chunklab.cost_models.linear import load_cost_model
+from chunklab.engine.policies import BUDGETS
 from chunklab.engine.executors.model_runner import linear_plan
 from chunklab.model.linear_library import linear_shapes
 
@@ -108,6 +111,7 @@ def report(repeats: int, threads: int, prompt_tokens: int, eager: bool) -> None:
     print(f"\ndecode step, batch 8, ~1600 tokens of context: {dec:.2f} ms")
     ovh = bench.median_ms(bench.step_overhead_s(model, engine_cfg, repeats=200))
     print(f"step with one decode token at tiny context: {ovh:.3f} ms")
+    budget_policies(model, engine_cfg)
     chunk = 64
     print(f"\nwhere a {prompt_tokens}-token prefill's time goes (paged path; linear layers timed alone "
           f"through the plan's library, medians of {repeats}):")
@@ -127,6 +131,19 @@ def report(repeats: int, threads: int, prompt_tokens: int, eager: bool) -> None:
         for t, r in by.items():
             print(f"{t:>7} {1e3 * r['one_s']:>11.1f} {1e3 * r['chunked_s']:>11.1f} {r['ratio']:>6.3f} "
                   f"{by[1]['one_s'] / r['one_s']:>14.2f} {by[1]['chunked_s'] / r['chunked_s']:>14.2f}")
+
+
+def budget_policies(model: ModelConfig, engine_cfg: EngineConfig) -> None:
+    """Prints what each budget policy costs a step (bench.budget_policy_step_s) on this machine's
+    cached profile; one line saying there is none otherwise (nothing is calibrated here)."""
+    path = machine_profile_path(model, engine_cfg)
+    if not path.is_file():
+        print(f"budget policies: not timed, no profile of this machine cached at {path} (`dvc repro calibrate`)")
+        return
+    cost, _ = load_cost_model(model, dataclasses.replace(engine_cfg, profile=str(path)), required=True)
+    for policy in BUDGETS:
+        us = 1e3 * bench.median_ms(bench.budget_policy_step_s(cost, engine_cfg.mixed_batch, policy, repeats=20))
+        print(f"budget policy {policy}: {us:.2f} us a step (8 decodes at 1,000 tokens, a 2,000-token prompt waiting)")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,77 @@
+"""A budget from the SLO: each step takes the largest prefill chunk whose predicted step time keeps
+the running decodes' next gap within the target (scheduler.gap_target_s, set from the SLO in force:
+its per-request p99 gap, else its mean gap). With no decode running, or no prefill pending, the
+step takes up to scheduler.budget (the whole pending prefill where it fits).
+
+The chunk is solved for, not searched: the step time is predicted at three chunk sizes (1, half
+and all of what is pending), and the quadratic through them is solved for the target. A step's
+work is quadratic in its chunk (attention pairs grow with chunk x context, the rest linearly), so
+for the profile's linear cost model (cost_models/linear.py) the quadratic is its prediction
+exactly; for the roofline, whose max() of compute and memory bends the curve, it is an estimate.
+"""
+import math
+from collections import deque
+from itertools import chain
+
+from chunklab.engine.policies.base import BudgetPolicy
+from chunklab.engine.sequence import Phase, Sequence
+
+# The prediction is aimed this far under the target: a step's measured time scatters around the
+# cost model's (the calibrated profile's held-out steps: p90 error ~10-20%), and a step over the
+# target is a gap over the SLO for every running decode.
+HEADROOM = 0.8
+# The least a pending prefill gets where even one token would break the target (the running
+# decodes alone fill it): one KV block a step, so no prompt waits forever behind a full batch.
+MIN_CHUNK_TOKENS = 16
+
+
+class SloAdaptiveBudget(BudgetPolicy):
+    name = "slo_adaptive"
+    needs_step_time = True
+    needs_gap_target = True
+
+    def step_budget(self, running: list[Sequence], waiting: deque[Sequence]) -> int:
+        cap = self.cfg.budget
+        decode_ctx = [s.num_computed_tokens + 1 for s in running if s.phase is Phase.DECODING]
+        if not decode_ctx:
+            return cap
+        first, pending = None, 0  # the prefill that takes the chunk first, and how much is pending (up to cap)
+        for seq in chain((s for s in running if s.phase is Phase.PREFILLING), waiting):
+            if first is None:
+                first = seq
+            pending += seq.num_prefill_remaining
+            if pending >= cap:
+                break
+        room = min(cap - len(decode_ctx), pending)
+        if room <= 0:
+            return cap
+        chunk = largest_chunk(lambda n: self.step_time(decode_ctx, n, first.num_computed_tokens),
+                              HEADROOM * self.cfg.gap_target_s, room)
+        return len(decode_ctx) + chunk
+
+
+def largest_chunk(step_s, target_s: float, most: int) -> int:
+    """The largest n in [1, most] with step_s(n) <= target_s, step_s increasing and quadratic in n
+    (three calls); MIN_CHUNK_TOKENS (at most `most`) where step_s(1) is already over."""
+    t_most = step_s(most)
+    if t_most <= target_s:
+        return most
+    t_one = step_s(1)
+    if t_one > target_s or most <= 2:
+        return min(most, MIN_CHUNK_TOKENS) if t_one > target_s else 1
+    mid = (1 + most) // 2
+    t_mid = step_s(mid)
+    # Newton's form through (1, t_one), (mid, t_mid), (most, t_most): t(n) = t_one + b (n - 1) + a (n - 1)(n - mid)
+    b = (t_mid - t_one) / (mid - 1)
+    a = ((t_most - t_mid) / (most - mid) - b) / (most - 1)
+    # a n^2 + q n + r = 0 with n measured from 1: a x^2 + (b - a (mid - 1)) x + (t_one - target) = 0, x = n - 1
+    q, r = b - a * (mid - 1), t_one - target_s
+    if abs(a) < 1e-18:
+        roots = [-r / q]
+    else:
+        sq = math.sqrt(max(q * q - 4 * a * r, 0.0))
+        roots = [(-q + sq) / (2 * a), (-q - sq) / (2 * a)]
+    inside = [x for x in roots if 0 <= x <= most - 1]
+    # none inside only through rounding at an end: the line through the end points then
+    x = min(inside) if inside else (target_s - t_one) / (t_most - t_one) * (most - 1)
+    return max(1, min(most - 1, int(x) + 1))

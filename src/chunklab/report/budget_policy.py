@@ -1,0 +1,176 @@
+"""REPORT.md's budget-policy section: a budget policy measured on the load grid's requests
+(stages/budget_policy.py) against the grid's fixed budgets (the fidelity stage's runs of the same
+requests), scored here as the grid is; the simulated comparison over workloads and SLO families
+(stages/sim_budget_policy.py) with the verdict "an SLO-aware budget removes the dial"; the summary line.
+
+The measured comparison, per SLO family the policy ran under:
+- capacity on the grid: where the share of requests within the SLO, pooled over the seeds, crosses
+  90%, interpolated in log-rate between the loads that bracket it (report/capacity.py's rule);
+- at each rate, the policy against each fixed budget by the report's paired rule (metrics/paired.py;
+  requests paired by seed and id, seeds the clusters): share within the SLO, worst stall (the
+  largest gap any request saw), the long prompts' TTFT p50.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from chunklab.metrics.paired import FAILS, HOLDS, interval, of_values
+from chunklab.metrics.summary import meets_slo_table
+from chunklab.report.capacity import crossing, text
+from chunklab.report.claim_text import scored_slos
+
+COLUMNS = ["arm", "seed", "rate_per_s", "request_id", "label", "status", "ttft_s", "tpot_s", "itl_p99_s", "max_gap_s"]
+
+HEADING = "### Budget policies against every fixed budget (simulated)"  # stages/sim_budget_policy.py's
+
+
+def fixed_arms(fidelity_requests: Path, workload: str, seeds, rates) -> pd.DataFrame:
+    """The fidelity grid's measured requests of `workload`, first repeat, at these seeds and rates: one
+    arm per budget ("budget 512")."""
+    req = pd.read_csv(fidelity_requests)
+    req = req[(req["repeat"] == 0) & req["point"].str.match(rf"^{workload} b\d+ load [\d.]+( seed \d+)?$")
+              & req["seed"].isin(seeds) & req["rate_per_s"].isin(rates)]
+    return req.assign(arm=[f"budget {int(b)}" for b in req["budget"]])[COLUMNS]
+
+
+def compare(arms: pd.DataFrame, slo_name: str, slo, policy: str) -> tuple[list[dict], list[dict]]:
+    """(capacity rows, per-load rows) for one SLO family: arms holds every fixed budget's requests and
+    the policy's runs under this family."""
+    arms = arms.assign(met=meets_slo_table(arms, slo))
+    rates = sorted(arms["rate_per_s"].unique())
+    caps = []
+    for arm, at in arms.groupby("arm", sort=False):
+        pooled = at.groupby("rate_per_s")["met"].mean().reindex(rates)
+        estimate, lo, hi = crossing(rates, list(pooled))
+        caps.append({"slo": slo_name, "arm": arm, "capacity_req_per_s": estimate, "capacity": text(estimate, lo, hi),
+                     **{f"share_at_{r:g}": s for r, s in pooled.items()}})
+    loads = []
+    for rate in rates:
+        at = arms[arms["rate_per_s"] == rate].sort_values(["seed", "request_id"])
+        mine = at[at["arm"] == policy]
+        for arm in [a for a in at["arm"].unique() if a != policy]:
+            base = at[at["arm"] == arm]
+            if len(base) != len(mine) or not (base["request_id"].to_numpy() == mine["request_id"].to_numpy()).all():
+                raise SystemExit(f"budget_policy: {arm} and {policy} at {rate} req/s did not serve the same requests")
+            seeds = base["seed"].to_numpy()
+            share = interval(of_values(base["met"].to_numpy(), np.mean), of_values(mine["met"].to_numpy(), np.mean), seeds)
+            stall = interval(of_values(base["max_gap_s"].fillna(0).to_numpy(), np.max),
+                             of_values(mine["max_gap_s"].fillna(0).to_numpy(), np.max), seeds)
+            lb, lm = base[base["label"] == "long"], mine[mine["label"] == "long"]
+            ttft = interval(of_values(lb["ttft_s"].to_numpy(), np.median), of_values(lm["ttft_s"].to_numpy(), np.median),
+                            lb["seed"].to_numpy())
+            verdict = share.verdict("higher")
+            loads.append({"slo": slo_name, "rate_per_s": rate, "against": arm,
+                          "share_fixed": share.a, "share_policy": share.b, "share_change": share.text(),
+                          "standing": "wins" if verdict == HOLDS else "loses" if verdict == FAILS else "ties",
+                          "worst_stall_fixed_s": stall.a, "worst_stall_policy_s": stall.b,
+                          "worst_stall_change": stall.text(),
+                          "long_ttft_p50_fixed_s": ttft.a, "long_ttft_p50_policy_s": ttft.b,
+                          "long_ttft_change": ttft.text()})
+    return caps, loads
+
+
+def markdown(policy: str, mine: pd.DataFrame, caps: pd.DataFrame, loads: pd.DataFrame, conditions: str) -> str:
+    cap_table = caps[["slo", "arm", "capacity", *[c for c in caps.columns if c.startswith("share_at_")]]].copy()
+    for c in [c for c in cap_table.columns if c.startswith("share_at_")]:
+        cap_table[c] = (100 * cap_table[c]).map("{:.0f}%".format)
+    cap_table = cap_table.rename(columns={c: f"in SLO at {c[len('share_at_'):]} req/s" for c in cap_table.columns
+                                          if c.startswith("share_at_")} | {"capacity": "capacity (req/s)"})
+    load_table = pd.DataFrame({
+        "SLO": [f"`{s}`" for s in loads["slo"]], "rate (req/s)": loads["rate_per_s"].map("{:.2f}".format),
+        "against": loads["against"],
+        "in SLO: fixed -> policy": [f"{100 * a:.0f}% -> {100 * b:.0f}%" for a, b in zip(loads["share_fixed"],
+                                                                                     loads["share_policy"])],
+        "change [95% CI]": loads["share_change"], "policy": loads["standing"],
+        "worst stall (ms)": [f"{1e3 * a:.1f} -> {1e3 * b:.1f}" for a, b in zip(loads["worst_stall_fixed_s"],
+                                                                              loads["worst_stall_policy_s"])],
+        "long TTFT p50 (ms)": [f"{1e3 * a:.0f} -> {1e3 * b:.0f}" for a, b in zip(loads["long_ttft_p50_fixed_s"],
+                                                                                loads["long_ttft_p50_policy_s"])],
+        "long TTFT change": loads["long_ttft_change"]})
+    return "\n\n".join([
+        f"### The {policy} budget on this machine (measured)",
+        f"MEASURED. The `{policy}` budget policy (conf/scheduler/{policy}.yaml) on the fidelity grid's requests "
+        f"({mine['workload'].iloc[0]}, {int(mine['num_requests'].iloc[0])} requests, seeds "
+        f"{', '.join(map(str, sorted(mine['seed'].unique())))}, at {', '.join(f'{r:.2f}' for r in sorted(mine['rate_per_s'].unique()))} "
+        "req/s), run once under each SLO family (its gap target is that SLO's), against the grid's fixed-budget runs "
+        "of the same requests, each scored under that family. Capacity: where the share within the SLO, pooled over "
+        "the seeds, crosses 90%, interpolated in log-rate between the rates that bracket it.",
+        cap_table.to_markdown(index=False),
+        "At each rate, the policy against each fixed budget by the report's paired rule (requests paired by seed and "
+        "id, seeds the clusters; the change is the policy's against the fixed budget's): share within the SLO, the "
+        "worst stall any request saw, and the long prompts' own TTFT p50.",
+        load_table.to_markdown(index=False), f"Conditions (first run): {conditions}", ""])
+
+
+def measured_comparison(outputs: Path) -> tuple[str, pd.DataFrame, pd.DataFrame, pd.DataFrame] | None:
+    """(policy, its requests, capacity rows, per-load rows) of stage budget_policy against the grid's
+    fixed budgets, each SLO family it ran under; None where it has not run. Computed once per report
+    (the section and the summary read it; its bootstraps take seconds)."""
+    path = outputs / "budget_policy" / "requests.csv"
+    if not path.is_file():
+        return None
+    return _measured_comparison(outputs, path.stat().st_mtime)
+
+
+@functools.lru_cache(maxsize=2)
+def _measured_comparison(outputs: Path, _stamp: float) -> tuple[str, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    path = outputs / "budget_policy" / "requests.csv"
+    mine = pd.read_csv(path)
+    policy = mine["arm"].iloc[0]
+    fixed = fixed_arms(outputs / "fidelity" / "requests_measured.csv", mine["workload"].iloc[0],
+                       mine["seed"].unique(), mine["rate_per_s"].unique())
+    slos = scored_slos(outputs)
+    caps, loads = [], []
+    for name, g in mine.groupby("slo", sort=False):
+        c, l = compare(pd.concat([fixed, g[COLUMNS]]), name, slos[name]["1"], policy)
+        caps += c
+        loads += l
+    return policy, mine, pd.DataFrame(caps), pd.DataFrame(loads)
+
+
+def measured_table(outputs: Path) -> str:
+    """The measured comparison's markdown ("" where stage budget_policy has not run)."""
+    found = measured_comparison(outputs)
+    if found is None:
+        return ""
+    conditions = json.loads((outputs / "budget_policy" / "conditions.json").read_text())["measured"]
+    return markdown(*found, conditions)
+
+
+def budget_policy_section(outputs: Path) -> list[str]:
+    """The measured comparison (stages/budget_policy.py) where it ran, then the simulated one."""
+    simulated = outputs / "simulated" / "tables" / "budget_policy.md"
+    parts = [part for part in (measured_table(outputs), simulated.read_text() if simulated.is_file() else "") if part]
+    if not parts:
+        return []
+    return ["## The dial without a dial: budget policies (measured, and simulated)", *parts]
+
+
+def budget_policy_summary(outputs: Path, link: str) -> list[str]:
+    """One line: the verdict, and per point the best fixed budget against the SLO-aware policy."""
+    metrics, standing = (outputs / "simulated" / "budget_policy" / name for name in ("metrics.json", "standing.csv"))
+    if not metrics.is_file() or not standing.is_file():
+        return []
+    m = json.loads(metrics.read_text())["sim_budget_policy"]
+    s = pd.read_csv(standing)
+    mine = s[s["arm"] == "slo_adaptive"]
+    points = "; ".join(f"{r.workload} under `{r.slo}` {r.capacity_req_per_s:.2f} against {r.best_fixed} "
+                       f"{r.best_fixed_req_per_s:.2f} req/s ({r.standing})" for r in mine.itertuples())
+    measured = measured_comparison(outputs)
+    lines = []
+    if measured is not None:
+        policy, _, caps, _ = measured
+        per_slo = []
+        for slo, g in caps.groupby("slo", sort=False):
+            arms = "; ".join(f"{r.arm} {r.capacity}" for r in g.itertuples())
+            per_slo.append(f"under `{slo}` {arms}")
+        lines.append(f"- The `{policy}` budget measured on the load grid's requests, capacity (req/s, where 90% in SLO "
+                     f"is crossed): {'; '.join(per_slo)} ([budget policies]({link})).")
+    return lines + [f"- An SLO-aware budget (simulated capacity, paired over seeds): "
+            f"{'removes the dial' if m['removes_the_dial'] else 'does not remove the dial'}: {points} "
+            f"([budget policies]({link}))."]
