@@ -213,8 +213,10 @@ def markdown(p: CapacityParams, table: pd.DataFrame, slo_text: dict[str, str], p
         main.to_markdown(index=False, floatfmt=".2f"),
         "Every other budget and SLO is measured by the fidelity stage's grid (five seeds at three loads, every "
         "run scored under each SLO): the report's capacity table. "
-        f"Measured by bisection to {p.rel_tol:.0%} from a bracket around the simulated capacity at the speed the "
-        f"sentinel read before the cell's first probe; capacity lies between the measured columns. Simulated with "
+        f"Measured by bisection to {p.rel_tol:.0%}: a first probe at the simulated capacity (at the speed the "
+        "sentinel read before it), the simulated curve read against that probe's share within the SLO to place "
+        f"the start, a bracket of {1 + p.rel_tol:.2f} there widened by {p.widen:g}, then each step its square, "
+        f"until it holds the capacity; capacity lies between the measured columns. Simulated with "
         f"this machine's profile ({profile}), bisected to {p.sim_rel_tol:.1%}. Every probe: "
         "outputs/capacity/probes.csv.",
         "SIMULATED, every budget and SLO: the measured seeds pooled, and (bisected to 2%) each of seeds "
