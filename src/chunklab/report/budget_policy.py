@@ -47,7 +47,8 @@ def compare(arms: pd.DataFrame, slo_name: str, slo, policy: str) -> tuple[list[d
     for arm, at in arms.groupby("arm", sort=False):
         pooled = at.groupby("rate_per_s")["met"].mean().reindex(rates)
         estimate, lo, hi = crossing(rates, list(pooled))
-        caps.append({"slo": slo_name, "arm": arm, "capacity_req_per_s": estimate, "capacity": text(estimate, lo, hi),
+        caps.append({"slo": slo_name, "arm": arm, "capacity_req_per_s": estimate, "lo_req_per_s": lo, "hi_req_per_s": hi,
+                     "capacity": text(estimate, lo, hi),
                      **{f"share_at_{r:g}": s for r, s in pooled.items()}})
     loads = []
     for rate in rates:
@@ -76,7 +77,7 @@ def compare(arms: pd.DataFrame, slo_name: str, slo, policy: str) -> tuple[list[d
 
 
 def markdown(policy: str, mine: pd.DataFrame, caps: pd.DataFrame, loads: pd.DataFrame, conditions: str) -> str:
-    cap_table = caps[["slo", "arm", "capacity", *[c for c in caps.columns if c.startswith("share_at_")]]].copy()
+    cap_table = caps[["slo", "arm", "capacity", *[c for c in caps.columns if c.startswith("share_at_")]]].copy()  # no lo/hi
     for c in [c for c in cap_table.columns if c.startswith("share_at_")]:
         cap_table[c] = (100 * cap_table[c]).map("{:.0f}%".format)
     cap_table = cap_table.rename(columns={c: f"in SLO at {c[len('share_at_'):]} req/s" for c in cap_table.columns
@@ -89,9 +90,8 @@ def markdown(policy: str, mine: pd.DataFrame, caps: pd.DataFrame, loads: pd.Data
         "change [95% CI]": loads["share_change"], "policy": loads["standing"],
         "worst stall (ms)": [f"{1e3 * a:.1f} -> {1e3 * b:.1f}" for a, b in zip(loads["worst_stall_fixed_s"],
                                                                               loads["worst_stall_policy_s"])],
-        "long TTFT p50 (ms)": [f"{1e3 * a:.0f} -> {1e3 * b:.0f}" for a, b in zip(loads["long_ttft_p50_fixed_s"],
-                                                                                loads["long_ttft_p50_policy_s"])],
-        "long TTFT change": loads["long_ttft_change"]})
+        "long TTFT p50 (ms), change": [f"{1e3 * a:.0f} -> {1e3 * b:.0f}, {c}" for a, b, c in zip(
+            loads["long_ttft_p50_fixed_s"], loads["long_ttft_p50_policy_s"], loads["long_ttft_change"])]})
     return "\n\n".join([
         f"### The {policy} budget on this machine (measured)",
         f"MEASURED. The `{policy}` budget policy (conf/scheduler/{policy}.yaml) on the fidelity grid's requests "
@@ -101,10 +101,38 @@ def markdown(policy: str, mine: pd.DataFrame, caps: pd.DataFrame, loads: pd.Data
         "of the same requests, each scored under that family. Capacity: where the share within the SLO, pooled over "
         "the seeds, crosses 90%, interpolated in log-rate between the rates that bracket it.",
         cap_table.to_markdown(index=False),
+        goals(policy, caps, loads),
         "At each rate, the policy against each fixed budget by the report's paired rule (requests paired by seed and "
         "id, seeds the clusters; the change is the policy's against the fixed budget's): share within the SLO, the "
         "worst stall any request saw, and the long prompts' own TTFT p50.",
         load_table.to_markdown(index=False), f"Conditions (first run): {conditions}", ""])
+
+
+def rank(row) -> tuple[int, float]:
+    """Orders capacities on the grid: below its lowest rate, then by estimate, then above its highest."""
+    return ((0, row.hi_req_per_s) if row.lo_req_per_s == 0 else (2, row.lo_req_per_s)
+            if row.hi_req_per_s == float("inf") else (1, row.capacity_req_per_s))
+
+
+def goals(policy: str, caps: pd.DataFrame, loads: pd.DataFrame) -> str:
+    """Issue 63's measured goals, per SLO family, from the data: the policy's capacity against the best
+    fixed budget's; how it stands against every fixed budget at every rate (paired share within the
+    SLO); its worst stall against budget 64's at each rate (goal: within 2x)."""
+    lines = []
+    for slo, g in caps.groupby("slo", sort=False):
+        fixed = [r for r in g.itertuples() if r.arm != policy]
+        best = max(fixed, key=rank)
+        mine = next(r for r in g.itertuples() if r.arm == policy)
+        at = loads[loads["slo"] == slo]
+        standings = at["standing"].value_counts()
+        small = at[at["against"] == "budget 64"]
+        stall = (small["worst_stall_policy_s"] / small["worst_stall_fixed_s"]).max() if not small.empty else float("nan")
+        verdict = "at least" if rank(mine) >= rank(best) else "below"
+        lines.append(f"- Under `{slo}`: capacity {mine.capacity} against the best fixed budget's ({best.arm}) "
+                     f"{best.capacity} req/s, **{verdict}** it; against every fixed budget at every rate (share within "
+                     f"the SLO, paired): {', '.join(f'{k} {n}' for k, n in standings.items())}; worst stall at most "
+                     f"{stall:.2f}x budget 64's at the same rate (goal: within 2x).")
+    return "\n".join(lines)
 
 
 def measured_comparison(outputs: Path) -> tuple[str, pd.DataFrame, pd.DataFrame, pd.DataFrame] | None:
