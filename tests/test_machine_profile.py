@@ -347,7 +347,7 @@ def test_every_measured_stage_reruns_when_the_machine_changes_and_no_simulated_o
     assert [next(iter(o)) if isinstance(o, dict) else o for o in stages["machine"]["outs"]] == ["outputs/machine.json"]
     on_machine = {name for name, st in stages.items() if "outputs/machine.json" in st.get("deps", [])}
     # the measured stages, and the report stages that name the machine in captions and warnings
-    assert on_machine == {"calibrate", "prefill_split", "token_budget", "fidelity", "perf", "capacity", "topologies",
+    assert on_machine == {"calibrate", "prefill_split", "token_budget", "fidelity", "budget_policy", "perf", "capacity", "topologies",
                           "clocks", "tables", "plots", "report"}
     assert not any(name.startswith("sim_") for name in on_machine)
 

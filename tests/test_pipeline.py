@@ -47,6 +47,8 @@ TINY = {
                       "overrides": MICRO_MIX},  # the fidelity grid's requests (its overrides and mix_overrides)
     "sim_budget_policy": {"workloads": ["ch10_mixed"], "budgets": [16, 8192], "slos": ["stall_scaled"], "num_requests": 20,
                           "seeds": [3, 4], "rel_tol": 0.2, "overrides": MICRO_MIX},
+    "sim_policy_production": {"pairs": [["llama3_8b", "h100"]], "workloads": ["ch10_production", "azure_conv"],
+                              "trace_rows": 40, "num_requests": 40, "budgets": [512, 16384], "rel_tol": 0.2},
     "topologies": {"num_requests": 8, "repeats": 2, "loads": [0.5], "link_repeats": 2, "overrides": MICRO_MIX,
                 "capacity_cell": [16, "ch10"]},
     "sim_disagg": {"pairs": [["llama3_8b", "h100", 1.0]], "gpus": [2], "workloads": ["ch10_production", "azure_conv"],
@@ -91,6 +93,7 @@ EXPECTED = [
     "outputs/tables/topologies.md",
     "outputs/budget_policy/requests.csv", "outputs/simulated/budget_policy/standing.csv",
     "outputs/simulated/budget_policy/costs.csv", "outputs/simulated/tables/budget_policy.md",
+    "outputs/simulated/policy_production/capacity.csv", "outputs/simulated/tables/policy_production.md",
 ]
 SIM_OUTPUTS = "outputs/simulated"
 
@@ -121,6 +124,7 @@ def test_dvc_repro_smoke(tmp_path):
     params["perf"]["trace_overrides"] = ["model=micro", f"workload.trace.path={trace}"]
     params["sim_production"]["overrides"] = [f"workload.trace.path={trace}"]
     params["sim_disagg"]["overrides"] = [f"workload.trace.path={trace}"]
+    params["sim_policy_production"]["overrides"] = [f"workload.trace.path={trace}"]
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
     env = dict(os.environ, PYTHONPATH=str(repo / "src"), CHUNKLAB_PROJECT_DIR=str(repo),  # the clone, not this checkout
                MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db",

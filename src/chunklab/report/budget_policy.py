@@ -172,8 +172,8 @@ def measured_table(outputs: Path) -> str:
 
 def budget_policy_section(outputs: Path) -> list[str]:
     """The measured comparison (stages/budget_policy.py) where it ran, then the simulated one."""
-    simulated = outputs / "simulated" / "tables" / "budget_policy.md"
-    parts = [part for part in (measured_table(outputs), simulated.read_text() if simulated.is_file() else "") if part]
+    simulated = [outputs / "simulated" / "tables" / f"{name}.md" for name in ("budget_policy", "policy_production")]
+    parts = [part for part in (measured_table(outputs), *(t.read_text() for t in simulated if t.is_file())) if part]
     if not parts:
         return []
     return ["## The dial without a dial: budget policies (measured, and simulated)", *parts]
@@ -199,6 +199,14 @@ def budget_policy_summary(outputs: Path, link: str) -> list[str]:
             per_slo.append(f"under `{slo}` {arms}")
         lines.append(f"- The `{policy}` budget measured on the load grid's requests, capacity (req/s, where 90% in SLO "
                      f"is crossed): {'; '.join(per_slo)} ([budget policies]({link})).")
-    return lines + [f"- An SLO-aware budget (simulated capacity, paired over seeds): "
-            f"{'removes the dial' if m['removes_the_dial'] else 'does not remove the dial'}: {points} "
-            f"([budget policies]({link}))."]
+    lines.append(f"- An SLO-aware budget (simulated capacity, paired over seeds): "
+                 f"{'removes the dial' if m['removes_the_dial'] else 'does not remove the dial'}: {points} "
+                 f"([budget policies]({link})).")
+    production = outputs / "simulated" / "policy_production" / "metrics.json"
+    if production.is_file():
+        q = json.loads(production.read_text())["sim_policy_production"]
+        lines.append(f"- At production scale (simulated, GPU presets): slo_adaptive within 2% of the best fixed budget's "
+                     f"capacity at {q['slo_adaptive_share_within_tie']:.0%} of the points, "
+                     f"{'more' if q['more_than_any_fixed'] else 'not more'} than any single fixed budget "
+                     f"([budget policies]({link})).")
+    return lines
