@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from chunklab.config import SloConfig
-from chunklab.report.budget_policy import compare
+from chunklab.report.budget_policy import compare, goals
 
 SLO = SloConfig(ttft_s=1.0, tpot_s=None, itl_p99_s=0.01)
 RATES = (2.0, 4.0, 6.0)
@@ -50,3 +50,18 @@ def test_arms_that_served_other_requests_are_refused():
     arms = pd.concat([requests("budget 64", {}), mine[mine["request_id"] != 7]])
     with pytest.raises(SystemExit, match="did not serve the same requests"):
         compare(arms, "stall", SLO, "slo_adaptive")
+
+
+def test_the_goal_lines_come_out_either_way():
+    """report/budget_policy.goals: the policy's capacity against the best fixed budget's, and its worst
+    stall against budget 64's, read off the comparison (flipped by swapping the arms' data)."""
+    better = pd.concat([requests("budget 64", {4.0: 6, 6.0: 12}), requests("slo_adaptive", {6.0: 1})])
+    caps, loads = compare(better, "stall", SLO, "slo_adaptive")
+    text = goals("slo_adaptive", pd.DataFrame(caps), pd.DataFrame(loads))
+    assert "capacity > 6.00 against the best fixed budget's (budget 64)" in text and "**at least** it" in text
+    assert "worst stall at most 1.00x budget 64's" in text
+    worse = pd.concat([requests("budget 64", {6.0: 1}), requests("slo_adaptive", {4.0: 6, 6.0: 12})])
+    caps, loads = compare(worse, "stall", SLO, "slo_adaptive")
+    text = goals("slo_adaptive", pd.DataFrame(caps), pd.DataFrame(loads))
+    assert "against the best fixed budget's (budget 64) > 6.00 req/s, **below** it" in text
+    assert "worst stall at most 4.00x budget 64's" in text
