@@ -3,8 +3,9 @@ statement is false must say so, one where it is true must agree. Synthetic table
 import pandas as pd
 import pytest
 
+from chunklab.config import SloConfig
 from chunklab.report.disagg import AGREES, DISAGREES, WITHIN, verdicts
-from chunklab.stages.sim_disagg import DRIVERS, MIN_COLOCATED_SHARE, winners_table
+from chunklab.stages.sim_disagg import DRIVERS, MIN_COLOCATED_SHARE, winners_table, tidy
 
 SLOS = ("disagg_tight_ttft", "disagg_strict_tpot", "disagg_balanced")
 MODELS = {"small_8b": 8.0, "big_12b": 12.2}
@@ -23,9 +24,9 @@ def tables(gain, throughput=1.0):
                            "slo_ttft_s": 1.0, "slo_tpot_s": 0.02, "load": load, "rate_per_s": 4.0}
                     share = 0.5 * gain(model, workload, slo)
                     rows += [key | {"link": "none", "topology": "colocated", "prefill": 0, "decode": 0, "budget": 256,
-                                    "share_in_slo": 0.5, "goodput_per_gpu_rps": 1.0, "completed_per_gpu_rps": 1.0},
+                                    "setting": "budget 256", "share_in_slo": 0.5, "goodput_per_gpu_rps": 1.0, "completed_per_gpu_rps": 1.0},
                              key | {"link": "nvlink4", "topology": "disaggregated", "prefill": 1, "decode": 1,
-                                    "budget": 8192, "share_in_slo": share, "goodput_per_gpu_rps": 2.0 * share,
+                                    "budget": 8192, "setting": "1P1D", "share_in_slo": share, "goodput_per_gpu_rps": 2.0 * share,
                                     "completed_per_gpu_rps": throughput}]
     cells = pd.DataFrame(rows).assign(**{d: 0.0 for d in DRIVERS})
     capacity = pd.DataFrame([{"model": m, "model_params_b": b} for m, b in MODELS.items()])
@@ -92,3 +93,17 @@ def test_winners_call_a_lead_under_the_margin_a_tie_and_no_goodput_none():
     w = winners_table(cells, 0.05)
     assert set(w[w["slo"] == SLOS[0]]["winner"]) == {"tie"}
     assert set(w[w["slo"] == SLOS[1]]["winner"]) == {"none"}
+
+
+def test_a_budget_policys_run_is_judged_under_its_own_slo_set_only():
+    """tidy: a fixed colocated run gives a row per SLO set; a policy's run (aimed at one set's gap) gives one."""
+    sets = {"tight": SloConfig(ttft_s=1.0, tpot_s=0.01, itl_p99_s=None),
+            "loose": SloConfig(ttft_s=2.0, tpot_s=0.05, itl_p99_s=None)}
+    point = {"model": "m", "hardware": "h100", "gpus": 2, "workload": "w", "load": 1.0, "rate_per_s": 4.0,
+             "link": "none", "topology": "colocated", "prefill": 0, "decode": 0}
+    keys = [point | {"budget": 512, "setting": "budget 512", "policy": "fixed", "policy_slo": ""},
+            point | {"budget": 8192, "setting": "slo_adaptive", "policy": "slo_adaptive", "policy_slo": "tight"}]
+    summary = {"slo_attainment@tight": 0.5, "slo_attainment@loose": 0.9, "requests_per_s": 3.0}
+    cells = tidy(keys, [summary, summary], {("m", "h100"): sets})
+    assert list(zip(cells["setting"], cells["slo"])) == [("budget 512", "tight"), ("budget 512", "loose"),
+                                                        ("slo_adaptive", "tight")]

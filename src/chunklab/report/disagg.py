@@ -113,7 +113,7 @@ def gain_verdict(winners: pd.DataFrame, margin: float, loads: list[float], min_s
     return verdict, (f"largest {g:.2f}x at {loads_text(loads)} where colocation serves at least "
                      f"{min_share:.0%} within SLO ({top['model']} on {top['hardware']}, {int(top['gpus'])} "
                      f"GPUs, {top['workload']}, {top['slo']}, load {top['load']:g}, {top['link']}: {top['split']} "
-                     f"against colocated budget {int(top['colocated_budget'])}; share within SLO "
+                     f"against colocated {top['colocated_setting']}; share within SLO "
                      f"{top['disagg_share_in_slo']:.0%} against {top['colocated_share_in_slo']:.0%}); disaggregation "
                      f"serves requests in SLO where colocation serves none at {only} of {len(near)} points")
 

@@ -19,10 +19,13 @@ OVERLOAD_SHARE = 0.1  # a side serving under this share within SLO is overloaded
 
 
 def cell_label(r: pd.Series) -> str:
-    """What wins a cell and by how much: '3P1D +45%', 'C256 +20%' (colocated at budget 256), 'tie', 'none'."""
+    """What wins a cell and by how much: '3P1D +45%', 'C256 +20%' (colocated at budget 256;
+    'C:slo' under the slo_adaptive policy), 'tie', 'none'."""
     if r["winner"] in ("none", "tie"):
         return r["winner"]
-    name = r["split"] if r["winner"] == "disaggregated" else f"C{int(r['colocated_budget'])}"
+    setting = r["colocated_setting"]  # "budget 256", or a budget policy's name
+    name = r["split"] if r["winner"] == "disaggregated" else (
+        f"C{setting.split()[1]}" if setting.startswith("budget ") else f"C:{setting.split('_')[0]}")
     return f"{name}\n{'only one serves' if math.isinf(r['margin']) else format(r['margin'], '+.0%')}"
 
 

@@ -30,15 +30,17 @@ def table_of(c: dict, capacity: pd.DataFrame, cells: pd.DataFrame) -> list[str]:
                       for name, link in c["link_presets"].items())
     caps = "; ".join(f"{r.model} on {r.hardware}, {r.workload}: {r.capacity_req_per_s:.2f} req/s"
                      for r in capacity.itertuples())
-    runs = cells.drop_duplicates(["model", "hardware", "gpus", "workload", "load", "link", "topology", "prefill",
-                                  "budget"])
+    fixed = cells["setting"].str.startswith("budget ") | (cells["topology"] != "colocated")
+    # a fixed run is judged under every SLO set (one row each); a policy's run under its own set only
+    runs = len(cells[fixed].drop_duplicates(["model", "hardware", "gpus", "workload", "load", "link", "topology",
+                                             "prefill", "budget"])) + int((~fixed).sum())
     return [f"SIMULATED: the roofline cost model of each device preset, not a GPU. On N = "
             f"{', '.join(map(str, c['gpus']))} GPUs, N colocated replicas (chunked, budget tuned per point over "
-            f"{c['budgets']}, router {c['router']}) against every xP/yD split with x + y = N (prefill budget "
+            f"{c['budgets']}{' and ' + ', '.join(c['colocated_policies']) + ' (a run per SLO set, its gap target)' if c.get('colocated_policies') else ''}, router {c['router']}) against every xP/yD split with x + y = N (prefill budget "
             f"{c['prefill_budget']}: whole prompts), each split over each link: {links}. Workloads: "
             f"{', '.join(c['workloads'])}; requests per run on N GPUs: "
             f"{', '.join(f'{n}: {k}' for n, k in c['requests_per_run'].items())} (the same per GPU; the trace: its first rows, "
-            f"compressed to the rate), seed {c['seed']}; {len(runs)} runs, each judged against every SLO set.",
+            f"compressed to the rate), seed {c['seed']}; {runs} runs, each judged against every SLO set (a budget policy's against its own).",
             f"SLO sets (per request, TTFT and mean TPOT; chosen to span the regimes TaiChi names, the seconds "
             f"ours, scaled per pair to its decode step; conf/slo/disagg_*.yaml): {seconds}.",
             f"Load: the offered rate over N x one GPU's capacity (the default scheduler, budget 512, >= "

@@ -27,6 +27,7 @@ from chunklab.experiments.capacity import at_rate, natural_rate, search
 from chunklab.experiments.compose import compose_run_config
 from chunklab.experiments.load import reference_config
 from chunklab.experiments.simulate import simulate_many, simulate_slos
+from chunklab.experiments.slo import with_gap_target
 from chunklab.model.sizes import kv_bytes_per_token, num_parameters
 from chunklab.stages.common import arguments, read_section, write_json
 from chunklab.stages.typed_yaml import Section
@@ -48,6 +49,8 @@ class SimDisaggParams:
     verdict_loads: list[float]  # the loads the regime verdicts read (around capacity)
     throughput_load: float  # one of loads, high enough to saturate every topology: the throughput verdict
     budgets: list[int]  # the colocated replicas' budget, tuned per point (the best of these)
+    colocated_policies: list[str]  # budget policies (engine/policies/) the colocated replicas also run, one run
+    # per SLO set (the policy's gap target is that set's), judged under that set only
     prefill_budget: int  # the prefill pool's budget (whole prompts)
     links: list[str]  # conf/link/ presets for the KV transfer
     router: str  # conf/router/: arrivals and hand-offs
@@ -104,17 +107,28 @@ def judged(job: tuple[RunConfig, dict[str, SloConfig]]) -> dict[str, float]:
 
 
 def topologies(p: SimDisaggParams, n: int) -> list[dict]:
-    """Every topology on n GPUs: n colocated replicas at each budget, every xP/yD split over each link."""
-    out = [{"topology": COLOCATED, "link": "none", "prefill": 0, "decode": 0, "budget": b} for b in p.budgets]
-    return out + [{"topology": DISAGG, "link": link, "prefill": x, "decode": n - x, "budget": p.prefill_budget}
-                  for link in p.links for x in range(1, n)]
+    """Every topology on n GPUs: n colocated replicas at each budget and under each budget policy (one per
+    SLO set, its target: policy_slo), every xP/yD split over each link. setting: how the colocated budget is
+    set ("budget 512", or the policy's name)."""
+    fixed = {"policy": "fixed", "policy_slo": ""}
+    out = [{"topology": COLOCATED, "link": "none", "prefill": 0, "decode": 0, "budget": b, "setting": f"budget {b}"}
+           | fixed for b in p.budgets]
+    out += [{"topology": COLOCATED, "link": "none", "prefill": 0, "decode": 0, "budget": p.prefill_budget,
+             "setting": policy, "policy": policy, "policy_slo": slo} for policy in p.colocated_policies for slo in p.slos]
+    return out + [{"topology": DISAGG, "link": link, "prefill": x, "decode": n - x, "budget": p.prefill_budget,
+                   "setting": f"{x}P{n - x}D"} | fixed for link in p.links for x in range(1, n)]
 
 
-def configure(colocated: RunConfig, split: dict[str, RunConfig], n: int, t: dict) -> RunConfig:
+def configure(colocated: RunConfig, split: dict[str, RunConfig], n: int, t: dict,
+              slo_set: dict[str, SloConfig] | None = None) -> RunConfig:
+    """The run of topology t on n GPUs; slo_set: the pair's SLO sets, for a budget policy's gap target."""
     if t["topology"] == COLOCATED:
         cfg = colocated
         cfg = dataclasses.replace(cfg, topology=dataclasses.replace(cfg.topology, replicas=n))
-        return dataclasses.replace(cfg, scheduler=dataclasses.replace(cfg.scheduler, budget=t["budget"]))
+        scheduler = dataclasses.replace(cfg.scheduler, budget=t["budget"], budget_policy=t["policy"], gap_target_s=None)
+        if t["policy_slo"]:
+            scheduler = with_gap_target(scheduler, slo_set[t["policy_slo"]])
+        return dataclasses.replace(cfg, scheduler=scheduler)
     cfg = split[t["link"]]
     return dataclasses.replace(cfg, topology=dataclasses.replace(
         cfg.topology, prefill=t["prefill"], decode=t["decode"], prefill_budget=t["budget"]))
@@ -154,7 +168,7 @@ def run(p: SimDisaggParams, out_dir: Path) -> None:
                 for t in topologies(p, n):
                     keys.append({"model": m, "hardware": h, "gpus": n, "workload": w, "load": load,
                                  "rate_per_s": rate} | t)
-                    cfgs.append(at_rate(configure(colocated, split, n, t), rate, p.seed, trace_rate))
+                    cfgs.append(at_rate(configure(colocated, split, n, t, slos[m, h]), rate, p.seed, trace_rate))
     summaries = simulate_many([(c, slos[k["model"], k["hardware"]]) for k, c in zip(keys, cfgs)], p.processes,
                               fn=judged, label="sim_disagg")
     cells = tidy(keys, summaries, slos)
@@ -184,13 +198,15 @@ def tidy(keys: list[dict], summaries: list[dict], slos: dict[tuple[str, str], di
     rows = []
     for k, s in zip(keys, summaries):
         for slo, target in slos[k["model"], k["hardware"]].items():
+            if k["policy_slo"] not in ("", slo):  # a policy run aimed at another SLO set's gap
+                continue
             rows.append(k | {"slo": slo, "slo_ttft_s": target.ttft_s, "slo_tpot_s": target.tpot_s,
                              "goodput_per_gpu_rps": s[f"slo_attainment@{slo}"] * k["rate_per_s"] / k["gpus"],
                              "share_in_slo": s[f"slo_attainment@{slo}"],
                              "completed_per_gpu_rps": s["requests_per_s"] / k["gpus"]}
                         | {d: s.get(d, 0.0 if d.startswith(("transfer", "decode_queue")) else None) for d in DRIVERS})
     cols = ["model", "hardware", "gpus", "workload", "slo", "slo_ttft_s", "slo_tpot_s", "load", "rate_per_s", "link", "topology", "prefill",
-            "decode", "budget", "goodput_per_gpu_rps", "share_in_slo", "completed_per_gpu_rps", *DRIVERS]
+            "decode", "budget", "setting", "goodput_per_gpu_rps", "share_in_slo", "completed_per_gpu_rps", *DRIVERS]
     return pd.DataFrame(rows)[cols]
 
 
@@ -211,7 +227,7 @@ def winners_table(cells: pd.DataFrame, tie_margin: float) -> pd.DataFrame:
         rows.append(point | {
             "slo_ttft_s": bc["slo_ttft_s"], "slo_tpot_s": bc["slo_tpot_s"], "rate_per_s": bc["rate_per_s"],
             "winner": winner, "margin": lead, "disagg_over_colocated": ratio,
-            "colocated_budget": int(bc["budget"]), "colocated_goodput_per_gpu_rps": g_c,
+            "colocated_budget": int(bc["budget"]), "colocated_setting": bc["setting"], "colocated_goodput_per_gpu_rps": g_c,
             "colocated_share_in_slo": bc["share_in_slo"], "split": f"{int(bd['prefill'])}P{int(bd['decode'])}D",
             "disagg_goodput_per_gpu_rps": g_d, "disagg_share_in_slo": bd["share_in_slo"]}
             | {f"colocated_{k}": bc[k] for k in ("ttft_p99_s", "tpot_p50_s", "tpot_p99_s")}

@@ -130,5 +130,6 @@ def draw_disagg_maps(p: PlotParams, disagg: Path, sim_dir: Path) -> None:
     for (model, hardware, link), w in winners.groupby(["model", "hardware", "link"], sort=False):
         winner_map(w, sim_dir / f"disagg_{model}_{hardware}_{link}.png",
                    f"SIMULATED: {model} on {hardware}, KV over {link}: split (blue) or colocated (red), goodput per GPU",
-                   f"Cell: the winner (C<budget>: colocated; xPyD: the split) and its lead (under {q.tie_margin:.0%}: tie); "
+                   f"Cell: the winner (C<budget>: colocated, C:slo under the SLO-aware budget; xPyD: the split) and its lead "
+                   f"(under {q.tie_margin:.0%}: tie); "
                    "grey: one side serves under 10% within SLO (no ratio). Load: x N x one GPU's capacity.")
