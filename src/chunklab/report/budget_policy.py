@@ -26,7 +26,7 @@ from chunklab.report.claim_text import scored_slos
 
 COLUMNS = ["arm", "seed", "rate_per_s", "request_id", "label", "status", "ttft_s", "tpot_s", "itl_p99_s", "max_gap_s"]
 
-HEADING = "### Budget policies against every fixed budget (simulated)"  # stages/sim_budget_policy.py's
+HEADING = "## The dial without a dial: budget policies (measured, and simulated)"  # this section's: the summary links it
 
 
 def fixed_arms(fidelity_requests: Path, workload: str, seeds, rates) -> pd.DataFrame:
@@ -176,7 +176,7 @@ def budget_policy_section(outputs: Path) -> list[str]:
     parts = [part for part in (measured_table(outputs), *(t.read_text() for t in simulated if t.is_file())) if part]
     if not parts:
         return []
-    return ["## The dial without a dial: budget policies (measured, and simulated)", *parts]
+    return [HEADING, *parts]
 
 
 def budget_policy_summary(outputs: Path, link: str) -> list[str]:
