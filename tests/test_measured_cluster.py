@@ -126,7 +126,7 @@ def test_a_run_ended_before_every_instance_is_ready_leaves_no_shared_memory_segm
     """The prefill's pool segment exists once it has built its pool, before it reports "ready": the run
     ends right then (stopped; or the prefill SIGKILLed, so only the coordinator can unlink it)."""
     cfg = compose_run_config([*MICRO, "topology=disaggregated", "topology.prefill=1", "topology.decode=1"])
-    cluster = MeasuredCluster(cfg)
+    cluster = MeasuredCluster(cfg.serving)
     path = "/dev/shm/" + cluster.specs[0].shm_name
     assert cluster.specs[0].shm_name.startswith(SEGMENT_PREFIX)
     ended = []
@@ -152,7 +152,7 @@ def test_a_run_ended_before_every_instance_is_ready_leaves_no_shared_memory_segm
 
 @DEV_SHM
 def test_a_worker_given_no_start_exits_non_zero_with_one_line_and_unlinks_its_pool(capfd):
-    spec = dataclasses.replace(MeasuredCluster(compose_run_config([*MICRO, "topology=disaggregated"])).specs[0],
+    spec = dataclasses.replace(MeasuredCluster(compose_run_config([*MICRO, "topology=disaggregated"]).serving).specs[0],
                                start_timeout_s=1.0)
     ctx = multiprocessing.get_context("spawn")
     inbox, outbox = ctx.Queue(), ctx.Queue()

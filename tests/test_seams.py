@@ -18,7 +18,7 @@ from chunklab.engine.scheduler import Scheduler
 from chunklab.engine.sequence import Request, Sequence
 from chunklab.cost_models.step_shape import FEATURES, Segment, StepShape
 from chunklab.experiments.compose import compose_run_config
-from chunklab.experiments.simulate import simulate_requests
+from chunklab.experiments.simulate import requests_of, simulate
 from helpers import MICRO
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +75,7 @@ def test_a_new_ordering_policy_is_one_class_and_one_yaml_file(tmp_path, monkeypa
     toy = compose_run_config([*small, "scheduler=admissions_first", "scheduler.budget=64"])
     assert toy.scheduler.ordering == "admissions_first"
     chapter = compose_run_config([*small, "scheduler.budget=64"])
-    (s_toy, r_toy), (s_ch, r_ch) = simulate_requests(toy), simulate_requests(chapter)
+    (s_toy, r_toy), (s_ch, r_ch) = simulate(toy, requests_of), simulate(chapter, requests_of)
     assert s_toy["num_finished"] == s_ch["num_finished"] == 40
     assert [r["ttft_s"] for r in r_toy] != [r["ttft_s"] for r in r_ch]  # it really scheduled otherwise
     with pytest.raises(ConfigError, match="scheduler.ordering='lifo': must be one of .*admissions_first"):

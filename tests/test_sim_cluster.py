@@ -52,7 +52,7 @@ def test_one_instance_reproduces_the_replay_of_one_engine(cfgs, tmp_path):
     to replay() of one engine, the path every committed sim_* output was made by."""
     cfg = with_(cfgs["single"], workload={"num_requests": 120, "rate_per_s": 12.0})
     requests, _ = make_requests(cfg.workload, cfg.model)
-    engine, _ = engine_for(cfg)
+    engine, _ = engine_for(cfg.serving)
     engine.warmup()
     old = replay(engine, requests)
     old_records = with_slowdown([record(s) for s in old.sequences], IsolatedLatency.measure(engine, requests))
@@ -115,7 +115,7 @@ def test_power_of_two_takes_the_less_loaded_of_two_seeded_draws():
 
 
 def test_an_instance_reports_prefill_to_compute_plus_kv_in_use(cfgs):
-    cluster = simulated_cluster(with_(cfgs["replicas"], topology={"replicas": 2}))
+    cluster = simulated_cluster(with_(cfgs["replicas"], topology={"replicas": 2}).serving)
     inst = cluster.instances[0]
     block = inst.engine.block_manager.block_size
     inst.add(Request(1, 0.0, (1,) * 100, 4))
@@ -275,7 +275,7 @@ def test_events_at_one_instant_apply_step_ends_then_transfers_then_arrivals(cfgs
     requests, _ = make_requests(cfg.workload, cfg.model)
 
     def run(reqs, log=None):
-        cluster = simulated_cluster(cfg)
+        cluster = simulated_cluster(cfg.serving)
         cluster.link = LinkModel(cluster.link.bytes_per_token, float("inf"), 0.0)  # lands at its start
         if log is not None:
             step, transfer, arrive = (simulated._Simulation._step_ended, simulated._Simulation._transfer_ended,

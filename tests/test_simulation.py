@@ -18,6 +18,7 @@ from chunklab.engine.scheduler import ScheduledChunk, StepPlan
 from chunklab.engine.sequence import Request, Sequence
 from chunklab.cost_models.step_shape import FEATURES, Segment, StepShape
 from chunklab.experiments.compose import compose_run_config
+from chunklab.experiments.simulate import requests_of, simulate, simulate_many
 from chunklab.metrics.summary import noise_guard
 from helpers import MICRO, cpu_flags
 
@@ -122,13 +123,11 @@ def test_a_scaled_cost_model_is_the_same_run_on_a_slower_clock():
     """hardware.step_time_scale k at arrival rate r/k is the unscaled run at rate r, every time
     k times longer: the scheduler meets the same decisions. A scale left out, or applied twice,
     breaks the equality."""
-    from chunklab.experiments.simulate import simulate_requests
-
     k = 1.3
     base, scaled = (sim_config("workload.num_requests=80", "workload.rate_per_s=6.0"),
                     sim_config("workload.num_requests=80", f"workload.rate_per_s={6.0 / k}",
                                f"hardware.step_time_scale={k}"))
-    (s1, r1), (s2, r2) = simulate_requests(base), simulate_requests(scaled)
+    (s1, r1), (s2, r2) = simulate(base, requests_of), simulate(scaled, requests_of)
     assert [r["status"] for r in r1] == [r["status"] for r in r2]
     for a, b in zip(r1, r2):
         for key in ("ttft_s", "e2e_s", "tpot_s"):
@@ -283,7 +282,6 @@ def _square(x: int) -> int:  # a pool task: top level, so it pickles
 
 @pytest.mark.parametrize("processes", [1, 2])
 def test_simulate_many_keeps_order_and_reports_a_labelled_grid_on_stderr(capsys, processes):
-    from chunklab.experiments.simulate import simulate_many
 
     assert simulate_many(list(range(20)), processes, fn=_square) == [x * x for x in range(20)]
     assert capsys.readouterr().err == ""  # unlabelled (a search's probes): silent

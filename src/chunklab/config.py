@@ -222,6 +222,21 @@ class LinkConfig:
 
 
 @dataclass(frozen=True)
+class ServingConfig:
+    """The system under test: what serves the requests (model, engines, their scheduler, the hardware
+    and its cost model, the topology, its routers and link), without what is asked of it (workload,
+    SLO) or how the run is recorded. What builds engines and clusters takes this, never the whole
+    RunConfig: RunConfig.serving gives it."""
+    model: ModelConfig
+    engine: EngineConfig
+    scheduler: SchedulerConfig
+    hardware: HardwareConfig
+    topology: TopologyConfig
+    router: RouterConfig
+    link: LinkConfig
+
+
+@dataclass(frozen=True)
 class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
@@ -237,6 +252,11 @@ class RunConfig:
     # Real-engine jobs launched in parallel on one machine slow each other and corrupt every
     # timing: refused unless each job has its own machine (SLURM) or this is set.
     allow_parallel_measurements: bool = False
+
+    @property
+    def serving(self) -> ServingConfig:
+        return ServingConfig(self.model, self.engine, self.scheduler, self.hardware, self.topology, self.router,
+                             self.link)
 
 
 # -- validation ----------------------------------------------------------------

@@ -17,7 +17,7 @@ from chunklab.topology.phases import Placement
 from chunklab.topology.simulated import simulate_cluster
 from chunklab.topology.summary import cluster_summary
 from chunklab.topology.cluster import Cluster, build_cluster
-from chunklab.config import RunConfig, SloConfig
+from chunklab.config import RunConfig, ServingConfig, SloConfig
 from chunklab.engine.build import build_engine, executor_kind, make_executor
 from chunklab.cost_models import CostModel, cost_model_for
 from chunklab.engine.engine import LLMEngine
@@ -58,22 +58,23 @@ class _Served:
     lost: dict[int, str] = field(default_factory=dict)  # request_id -> the instance that died holding it
 
 
-def engine_for(cfg: RunConfig) -> tuple[LLMEngine, str]:
+def engine_for(serving: ServingConfig) -> tuple[LLMEngine, str]:
     """The run's engine, and why no profile guards it (empty when one does, or when simulated).
 
     A measured run's profile predicts each step for the noise guard; a simulated run's cost model
     (hardware.cost_model: the profile, or the roofline of a spec sheet) is its clock. The profile
     was resolved by experiments/prepare.py."""
-    kind = executor_kind(cfg.engine)
-    executor = make_executor(cfg.model, cfg.engine)
-    cost_model, why_none = cost_model_for(cfg.model, cfg.engine, cfg.hardware, required=not kind.measured)
-    return build_engine(cfg.model, cfg.engine, cfg.scheduler, cost_model, executor), why_none
+    s = serving
+    kind = executor_kind(s.engine)
+    executor = make_executor(s.model, s.engine)
+    cost_model, why_none = cost_model_for(s.model, s.engine, s.hardware, required=not kind.measured)
+    return build_engine(s.model, s.engine, s.scheduler, cost_model, executor), why_none
 
 
-def simulated_cluster(cfg: RunConfig) -> Cluster:
+def simulated_cluster(serving: ServingConfig) -> Cluster:
     """The run's cluster (topology, router, link) of simulated engines, all on the run's cost model."""
-    cost_model: CostModel = cost_model_for(cfg.model, cfg.engine, cfg.hardware, required=True)[0]
-    return build_cluster(cfg, lambda engine, scheduler: build_engine(cfg.model, engine, scheduler, cost_model))
+    cost_model: CostModel = cost_model_for(serving.model, serving.engine, serving.hardware, required=True)[0]
+    return build_cluster(serving, lambda engine, scheduler: build_engine(serving.model, engine, scheduler, cost_model))
 
 
 def execute(cfg: RunConfig, warmup: bool = True, slowdown: bool = False, on_requests=None, on_done=None,
@@ -84,12 +85,13 @@ def execute(cfg: RunConfig, warmup: bool = True, slowdown: bool = False, on_requ
     requests, trace_stats = make_requests(cfg.workload, cfg.model)
     if on_requests:
         on_requests(len(requests))
-    if not executor_kind(cfg.engine).measured:
-        served = _serve_simulated(cfg, requests, warmup, on_done, should_stop)
-    elif cfg.topology.name != "single":
-        served = _serve_measured_cluster(cfg, requests, on_done, should_stop)
+    serving = cfg.serving
+    if not executor_kind(serving.engine).measured:
+        served = _serve_simulated(serving, requests, warmup, on_done, should_stop)
+    elif serving.topology.name != "single":
+        served = _serve_measured_cluster(serving, requests, on_done, should_stop)
     else:
-        served = _serve_measured(cfg, requests, warmup, on_done, should_stop)
+        served = _serve_measured(serving, requests, warmup, on_done, should_stop)
     return _score(cfg.slo, requests, trace_stats, served, slowdown)
 
 
@@ -107,30 +109,30 @@ def _score(slo: SloConfig, requests: list[Request], trace_stats, served: _Served
                     served.cluster, served.placements)
 
 
-def _serve_measured(cfg: RunConfig, requests: list[Request], warmup: bool, on_done, should_stop) -> _Served:
-    engine, why_unguarded = engine_for(cfg)
+def _serve_measured(serving: ServingConfig, requests: list[Request], warmup: bool, on_done, should_stop) -> _Served:
+    engine, why_unguarded = engine_for(serving)
     if warmup:
         engine.warmup()
     result = replay(engine, requests, on_done=on_done, should_stop=should_stop)
     return _Served(result, engine, engine.scheduler.stats().num_chunked_prefills, why_unguarded)
 
 
-def _serve_simulated(cfg: RunConfig, requests: list[Request], warmup: bool, on_done, should_stop) -> _Served:
-    cluster = simulated_cluster(cfg)
+def _serve_simulated(serving: ServingConfig, requests: list[Request], warmup: bool, on_done, should_stop) -> _Served:
+    cluster = simulated_cluster(serving)
     if warmup:
         for inst in cluster.instances:
             inst.engine.warmup()
     run = simulate_cluster(cluster, requests, on_done=on_done, should_stop=should_stop)
     num_chunked = sum(inst.engine.scheduler.stats().num_chunked_prefills for inst in cluster.instances)
-    extra = cluster_summary(cluster, run.result, run.placements) if cfg.topology.name != "single" else {}
+    extra = cluster_summary(cluster, run.result, run.placements) if serving.topology.name != "single" else {}
     return _Served(run.result, cluster.entry[0].engine, num_chunked, "", cluster, run.placements, extra)
 
 
-def _serve_measured_cluster(cfg: RunConfig, requests: list[Request], on_done, should_stop,
+def _serve_measured_cluster(serving: ServingConfig, requests: list[Request], on_done, should_stop,
                             on_started=None) -> _Served:
     """One process per instance, each on its own core (topology/measured.py); every instance warms up
     in its process. No per-instance profile guards the steps (each runs on one thread)."""
-    measured = MeasuredCluster(cfg)
+    measured = MeasuredCluster(serving)
     run = measured.run(requests, on_done=on_done, should_stop=should_stop, on_started=on_started)
     cluster = measured.cluster
     stats = [measured.stats_of(inst.index) for inst in cluster.instances]

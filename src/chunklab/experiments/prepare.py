@@ -16,7 +16,7 @@ import dataclasses
 from chunklab.calibration.machine import resolve_profile, warn_if_another_machine
 from chunklab.topology.routers import ROUTERS
 from chunklab.topology.cluster import TOPOLOGIES
-from chunklab.config import RunConfig
+from chunklab.config import EngineConfig, RunConfig, ServingConfig
 from chunklab.engine.build import EXECUTORS, executor_kind
 from chunklab.cost_models import COST_MODELS
 from chunklab.engine.kv_pool import pool_blocks
@@ -26,25 +26,26 @@ from chunklab.experiments.slo import resolve_slo, with_gap_target
 
 
 def prepare(cfg: RunConfig) -> RunConfig:
-    check_choices(cfg)
+    check_choices(cfg.serving)
     kind = executor_kind(cfg.engine)
     kind.can_run(cfg.model, cfg.engine)  # a device that is not here fails before anything calibrates
     if kind.measured:
         warn_if_another_machine(cfg.model, cfg.engine)  # a profile given by path, of another machine: one line
     cfg = dataclasses.replace(cfg, engine=resolve_profile(cfg.model, cfg.engine, cfg.hardware))
-    cfg = resolve_slo(resolve_kv_pool(cfg))
+    cfg = resolve_slo(dataclasses.replace(cfg, engine=with_kv_pool(cfg.serving)))
     return resolve_load(dataclasses.replace(cfg, scheduler=with_gap_target(cfg.scheduler, cfg.slo)))
 
 
-def resolve_kv_pool(cfg: RunConfig) -> RunConfig:
-    """engine.num_blocks=0 becomes the pool the hardware's memory holds (logged as the run's value)."""
-    if cfg.engine.num_blocks:
-        return cfg
-    blocks = pool_blocks(cfg.model, cfg.engine, cfg.scheduler, cfg.hardware)
-    return dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, num_blocks=blocks))
+def with_kv_pool(serving: ServingConfig) -> EngineConfig:
+    """The engine, its engine.num_blocks=0 made the pool the hardware's memory holds (logged as the run's
+    value)."""
+    s = serving
+    if s.engine.num_blocks:
+        return s.engine
+    return dataclasses.replace(s.engine, num_blocks=pool_blocks(s.model, s.engine, s.scheduler, s.hardware))
 
 
-def check_choices(cfg: RunConfig) -> None:
+def check_choices(cfg: ServingConfig) -> None:
     """Each key that names an implementation is one its registry holds (chunklab.registry)."""
     EXECUTORS.check(cfg.engine.executor)
     COST_MODELS.check(cfg.hardware.cost_model)

@@ -10,38 +10,42 @@ import multiprocessing
 import os
 import sys
 import time
+from typing import Callable, TypeVar
 
 from chunklab.config import RunConfig, SloConfig
 from chunklab.metrics.summary import meets_slo
-from chunklab.runner import execute
+from chunklab.runner import Executed, execute
 
-
+T = TypeVar("T")
 REQUEST_KEYS = ("request_id", "label", "status", "ttft_s", "tpot_s", "e2e_s")
+View = Callable[[Executed], T]
 
 
-def simulate(cfg: RunConfig) -> dict[str, float]:
-    return _simulate(cfg)[0]
+def simulate(cfg: RunConfig, view: View | None = None) -> T:
+    """cfg on its cost model (executor=simulated, no warm-up), the one simulated run path, seen through
+    view: its summary by default, or another view of the run below (functools.partial binds a view's
+    arguments, and keeps it a picklable task for simulate_many)."""
+    run = execute(dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, executor="simulated")), warmup=False)
+    return view(run) if view else run.summary
 
 
-def simulate_regime(cfg: RunConfig) -> dict[str, float]:
+def regime_of(run: Executed) -> dict[str, float]:
     """The summary plus prefill_step_share: the share of steps carrying prefill tokens (near 1, a
     prefill is always in flight: the chapter's regime)."""
-    summary, _, steps = _simulate(cfg, with_steps=True)
-    prefill = steps.arrays()["num_prefill_tokens"]
-    return summary | {"prefill_step_share": float((prefill > 0).mean()) if len(prefill) else 0.0}
+    prefill = run.result.steps.arrays()["num_prefill_tokens"]
+    return run.summary | {"prefill_step_share": float((prefill > 0).mean()) if len(prefill) else 0.0}
 
 
-def simulate_requests(cfg: RunConfig, keys: tuple[str, ...] = REQUEST_KEYS) -> tuple[dict[str, float], list[dict]]:
+def requests_of(run: Executed, keys: tuple[str, ...] = REQUEST_KEYS) -> tuple[dict[str, float], list[dict]]:
     """The summary and, per request, its RequestRecord fields `keys`: pairs with a measured run of the
     same workload, or with another scheduler's run of the same requests."""
-    summary, records = _simulate(cfg)
-    return summary, [{k: getattr(r, k) for k in keys} for r in records]
+    return run.summary, [{k: getattr(r, k) for k in keys} for r in run.records]
 
 
-def simulate_slos(cfg: RunConfig, slos: dict[str, SloConfig]) -> dict[str, float]:
+def judged_under(run: Executed, slos: dict[str, SloConfig]) -> dict[str, float]:
     """The summary plus, for each named SLO set, `goodput_req_per_s@<name>` and `slo_attainment@<name>`:
     one run judged against several SLOs (a run's decisions never depend on its SLO)."""
-    summary, records = _simulate(cfg)
+    summary, records = dict(run.summary), run.records
     makespan_s = summary["makespan_s"]
     for name, slo in slos.items():
         good = sum(meets_slo(r, slo) for r in records)
@@ -50,19 +54,13 @@ def simulate_slos(cfg: RunConfig, slos: dict[str, SloConfig]) -> dict[str, float
     return summary
 
 
-def _simulate(cfg: RunConfig, with_steps: bool = False):
-    cfg = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, executor="simulated"))
-    run = execute(cfg, warmup=False)
-    return (run.summary, run.records, run.result.steps) if with_steps else (run.summary, run.records)
-
-
 def default_processes() -> int:
     return max(1, min(len(os.sched_getaffinity(0)), int(os.environ.get("CHUNKLAB_SIM_PROCESSES", "64"))))
 
 
 def simulate_many(items: list, processes: int | None = None, fn=simulate, label: str | None = None) -> list:
     """fn of each item, in order, in `processes` forked workers: by default a RunConfig simulated
-    (simulate, simulate_requests, ...), or a stage's job tuple and its worker. With a label, a stage's
+    (simulate, or partial(simulate, view=requests_of), ...), or a stage's job tuple and its worker. With a label, a stage's
     long grid: `[label] run k/n (elapsed s)` on stderr at every tenth of it."""
     processes = processes or default_processes()
     start_s, every = time.monotonic(), max(1, len(items) // 10)

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 
 from chunklab.experiments.compose import compose_run_config
 from chunklab.calibration.sentinel import SpeedSentinel, geometric_mean
-from chunklab.experiments.simulate import simulate_many, simulate_requests
+from chunklab.experiments.simulate import requests_of, simulate, simulate_many
 from chunklab.experiments.slo import is_scaled, scaled_seconds, step_times, with_multiples
 from chunklab.experiments.sweep import run_grid
 from chunklab.metrics.conditions import sim_conditions_line
@@ -178,7 +179,7 @@ def run(p: FidelityParams, profile: Path, probe_only_profile: Path, capacity_csv
     for fit, fit_profile in profiles.items():
         sim_base = ["tracking=none", "slowdown=false", f"engine.profile={fit_profile}", *p.overrides]
         cfgs = [sim_config(sim_base, pt) for _, pt in pts]
-        sims[fit] = simulate_many(cfgs, p.processes, fn=simulate_requests)
+        sims[fit] = simulate_many(cfgs, p.processes, fn=partial(simulate, view=requests_of))
         sim_req = pd.concat([pd.DataFrame(reqs).assign(point=label) for (label, _), (_, reqs) in zip(pts, sims[fit])])
         errors[fit] = paired_errors(res.requests, sim_req)
         paired[fit] = paired_table(errors[fit])
@@ -194,7 +195,7 @@ def run(p: FidelityParams, profile: Path, probe_only_profile: Path, capacity_csv
             for name, column in SCALED.items():
                 scaled = [sim_config(sim_base, pt, scale)
                           for (_, label, pt), scale in zip(order, res.runs[column])]
-                result = simulate_many(scaled, p.processes, fn=simulate_requests)
+                result = simulate_many(scaled, p.processes, fn=partial(simulate, view=requests_of))
                 sim_req = pd.concat([pd.DataFrame(reqs).assign(point=label, repeat=r)
                                      for (r, label, _), (_, reqs) in zip(order, result)])
                 errors[name] = paired_errors(res.requests, sim_req, per_repeat=True)

@@ -19,6 +19,7 @@ points where it loses.
 """
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ import pandas as pd
 
 from chunklab.experiments.capacity import at_rate, search
 from chunklab.experiments.compose import compose_run_config, simulated_conditions
-from chunklab.experiments.simulate import simulate_many, simulate_requests
+from chunklab.experiments.simulate import requests_of, simulate, simulate_many
 from chunklab.metrics.paired import FAILS, HOLDS, interval, of_values
 from chunklab.stages.common import arguments, read_section, write_json, write_text
 from chunklab.stages.typed_yaml import Section
@@ -74,7 +75,7 @@ def cell_capacity(job: tuple) -> dict:
 def cell_records(job: tuple) -> list[dict]:
     """One (workload, slo, arm, seed) at a rate: each request's RECORD_KEYS (a worker of simulate_many)."""
     key, cfg = job
-    _, records = simulate_requests(cfg, RECORD_KEYS)
+    _, records = simulate(cfg, partial(requests_of, keys=RECORD_KEYS))
     return [key | r for r in records]
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -26,7 +27,7 @@ from chunklab.config import LinkConfig, RunConfig, SloConfig
 from chunklab.experiments.capacity import at_rate, natural_rate, search
 from chunklab.experiments.compose import compose_run_config
 from chunklab.experiments.load import reference_config
-from chunklab.experiments.simulate import simulate_many, simulate_slos
+from chunklab.experiments.simulate import judged_under, simulate, simulate_many
 from chunklab.experiments.slo import with_gap_target
 from chunklab.model.sizes import kv_bytes_per_token, num_parameters
 from chunklab.stages.common import arguments, read_section, write_json
@@ -101,9 +102,10 @@ def single_capacity(job: tuple[RunConfig, SimDisaggParams]) -> dict:
 
 
 def judged(job: tuple[RunConfig, dict[str, SloConfig]]) -> dict[str, float]:
-    """One run judged against its pair's SLO sets: simulate_slos on one argument, as the pool passes its
+    """One run judged against its pair's SLO sets (judged_under), on one argument, as the pool passes its
     tasks (simulate_many's Pool.map), and at module level, so the pool can pickle it."""
-    return simulate_slos(*job)
+    cfg, slos = job
+    return simulate(cfg, partial(judged_under, slos=slos))
 
 
 def topologies(p: SimDisaggParams, n: int) -> list[dict]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ import pandas as pd
 from chunklab.config import RunConfig
 from chunklab.experiments.compose import compose_run_config, simulated_conditions
 from chunklab.experiments.load import workload_capacity
-from chunklab.experiments.simulate import simulate_many, simulate_requests
+from chunklab.experiments.simulate import requests_of, simulate, simulate_many
 from chunklab.metrics.paired import HOLDS, interval, of_values
 from chunklab.metrics.summary import meets_slo_table
 from chunklab.stages.common import arguments, read_section, write_text
@@ -54,7 +55,7 @@ def cells(workload: str, p: SimMapsParams, sim: SimParams, profile: Path) -> tup
                          "(slo.itl_p99_s) needs per-request gaps it does not keep")
     capacity = workload_capacity(base)
     cfgs = [cell_config(base, capacity, b, load, seed) for b, load, seed in grid]
-    results = simulate_many(cfgs, sim.processes, fn=simulate_requests, label="sim_maps")
+    results = simulate_many(cfgs, sim.processes, fn=partial(simulate, view=requests_of), label="sim_maps")
     runs = pd.DataFrame([{"workload": workload, "budget": b, "load": load, "seed": seed,
                           "rate_per_s": c.workload.rate_per_s} | {m: s.get(m) for m in METRICS}
                          for (b, load, seed), c, (s, _) in zip(grid, cfgs, results)])

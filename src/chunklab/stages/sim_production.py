@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -19,7 +20,7 @@ from chunklab.config import RunConfig
 from chunklab.experiments.capacity import QUEUE_KEYS, Capacity, at_rate, natural_rate, search, seeds_for
 from chunklab.experiments.compose import compose_run_config
 from chunklab.experiments.load import reference_config
-from chunklab.experiments.simulate import simulate_many, simulate_regime
+from chunklab.experiments.simulate import regime_of, simulate, simulate_many
 from chunklab.metrics.conditions import sim_conditions_line
 from chunklab.stages.common import arguments, read_section, write_text
 from chunklab.stages.typed_yaml import Section
@@ -181,8 +182,8 @@ def run(p: SimProductionParams, out_dir: Path, table_path: Path) -> None:
     bases = [base_config(m, h, w, p) for m, h, w in cases]
     found = pair_capacities(cases, bases, p)
     grids = [grid_configs(base, cap.rate_req_per_s, p) for base, cap in zip(bases, found)]
-    summaries = iter(simulate_many([c for _, cfgs in grids for c in cfgs], p.processes, fn=simulate_regime,
-                                   label="sim_production grid"))
+    summaries = iter(simulate_many([c for _, cfgs in grids for c in cfgs], p.processes,
+                                   fn=partial(simulate, view=regime_of), label="sim_production grid"))
     caps, probes, cells = [], [], []
     for (model, hardware, workload), base, cap, (grid, _) in zip(cases, bases, found, grids):
         key = {"model": model, "hardware": hardware, "workload": workload}

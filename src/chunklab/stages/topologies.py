@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -28,7 +29,7 @@ from chunklab.calibration.sentinel import SpeedSentinel
 from chunklab.experiments.compose import compose_run_config
 from chunklab.experiments.fidelity import paired_errors, paired_table, repeat_floor
 from chunklab.experiments.shm_link import fit_link, link_preset, time_transfers
-from chunklab.experiments.simulate import simulate_many, simulate_requests
+from chunklab.experiments.simulate import requests_of, simulate, simulate_many
 from chunklab.experiments.sweep import run_grid
 from chunklab.metrics.conditions import cpu_model, sim_conditions_line
 from chunklab.model.sizes import kv_bytes_per_token
@@ -137,7 +138,7 @@ def run(p: TopologiesParams, profile: Path, capacity_csv: Path, out_dir: Path, t
     cfgs = [compose_run_config(sim_base + [f"{k}={v}" for k, v in pt.items()]
                                + ([f"hardware.step_time_scale={scale:.4g}"] if arm != "single" else []))
             for _, arm, _, pt in pts]
-    sims = simulate_many(cfgs, p.processes, fn=simulate_requests)
+    sims = simulate_many(cfgs, p.processes, fn=partial(simulate, view=requests_of))
     sim_req = pd.concat([pd.DataFrame(reqs).assign(point=label) for (label, *_), (_, reqs) in zip(pts, sims)])
     sim_runs = pd.DataFrame([{"point": label, "arm": arm, "load": load, "repeat": 0} | summary
                              for (label, arm, load, _), (summary, _) in zip(pts, sims)]).assign(executor="simulated")

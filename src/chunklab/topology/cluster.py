@@ -11,7 +11,7 @@ from typing import Callable
 from chunklab.topology.instance import Instance
 from chunklab.topology.links import LinkModel
 from chunklab.topology.routers import Router, make_router
-from chunklab.config import EngineConfig, RunConfig, SchedulerConfig
+from chunklab.config import EngineConfig, SchedulerConfig, ServingConfig
 from chunklab.engine.engine import LLMEngine
 from chunklab.engine.sequence import Request
 from chunklab.registry import Registry
@@ -40,31 +40,31 @@ class Cluster:
         return reason
 
 
-BuildCluster = Callable[[RunConfig, MakeEngine], Cluster]
+BuildCluster = Callable[[ServingConfig, MakeEngine], Cluster]
 TOPOLOGIES: Registry[BuildCluster] = Registry("topology.name")
 
 
-def build_cluster(cfg: RunConfig, make_engine: MakeEngine) -> Cluster:
-    return TOPOLOGIES.get(cfg.topology.name)(cfg, make_engine)
+def build_cluster(serving: ServingConfig, make_engine: MakeEngine) -> Cluster:
+    return TOPOLOGIES.get(serving.topology.name)(serving, make_engine)
 
 
 @TOPOLOGIES.register("single")
 @TOPOLOGIES.register("replicas")
-def colocated(cfg: RunConfig, make_engine: MakeEngine) -> Cluster:
+def colocated(serving: ServingConfig, make_engine: MakeEngine) -> Cluster:
     """topology.replicas engines (single: one), each serving prefill and decode, behind the router."""
-    n = cfg.topology.replicas if cfg.topology.name == "replicas" else 1
-    replicas = [Instance(i, "replica", make_engine(cfg.engine, cfg.scheduler), f"replica{i}") for i in range(n)]
-    return Cluster(replicas, replicas, [], make_router(cfg.router), None, None)
+    n = serving.topology.replicas if serving.topology.name == "replicas" else 1
+    replicas = [Instance(i, "replica", make_engine(serving.engine, serving.scheduler), f"replica{i}") for i in range(n)]
+    return Cluster(replicas, replicas, [], make_router(serving.router), None, None)
 
 
 @TOPOLOGIES.register("disaggregated")
-def disaggregated(cfg: RunConfig, make_engine: MakeEngine) -> Cluster:
+def disaggregated(serving: ServingConfig, make_engine: MakeEngine) -> Cluster:
     """A prefill pool and a decode pool, the KV moved between them over the link."""
-    t = cfg.topology
-    prefill_sched = dataclasses.replace(cfg.scheduler, budget=t.prefill_budget or cfg.scheduler.budget)
-    decode_engine = dataclasses.replace(cfg.engine, num_blocks=t.decode_num_blocks or cfg.engine.num_blocks)
-    prefill = [Instance(i, "prefill", make_engine(cfg.engine, prefill_sched), f"prefill{i}") for i in range(t.prefill)]
-    decode = [Instance(t.prefill + i, "decode", make_engine(decode_engine, cfg.scheduler), f"decode{i}")
+    t = serving.topology
+    prefill_sched = dataclasses.replace(serving.scheduler, budget=t.prefill_budget or serving.scheduler.budget)
+    decode_engine = dataclasses.replace(serving.engine, num_blocks=t.decode_num_blocks or serving.engine.num_blocks)
+    prefill = [Instance(i, "prefill", make_engine(serving.engine, prefill_sched), f"prefill{i}") for i in range(t.prefill)]
+    decode = [Instance(t.prefill + i, "decode", make_engine(decode_engine, serving.scheduler), f"decode{i}")
               for i in range(t.decode)]
-    return Cluster(prefill + decode, prefill, decode, make_router(cfg.router), make_router(cfg.router, decode=True),
-                   LinkModel.of(cfg.link, cfg.model))
+    return Cluster(prefill + decode, prefill, decode, make_router(serving.router), make_router(serving.router, decode=True),
+                   LinkModel.of(serving.link, serving.model))

@@ -36,7 +36,7 @@ from chunklab.topology.remote import (READY_TIMEOUT_S, STOP_GRACE_S, InstanceDie
                                      segment_name, unlink_segment)
 from chunklab.topology.simulated import ClusterRun
 from chunklab.topology.cluster import Cluster, build_cluster
-from chunklab.config import RunConfig
+from chunklab.config import ServingConfig
 from chunklab.engine.build import build_engine
 from chunklab.engine.clock import MonotonicClock
 from chunklab.engine.engine import LLMEngine
@@ -59,21 +59,21 @@ def available_cores() -> list[int]:
 
 
 class MeasuredCluster:
-    def __init__(self, cfg: RunConfig):
-        self.cfg, self.specs, self._stats = cfg, [], {}
+    def __init__(self, serving: ServingConfig):
+        self.serving, self.specs, self._stats = serving, [], {}
         self.lost: dict[int, str] = {}  # after run: request_id -> the dead instance that held it
         self.coordinator_cpu_s = 0.0  # after run: this process's CPU seconds while serving (every thread)
         self.coordinator_wall_s = 0.0  # after run: the serving's wall seconds (0 when it never started)
         self._executor = _ForwardPath()
-        self.cluster: Cluster = build_cluster(cfg, self._stand_in)
+        self.cluster: Cluster = build_cluster(serving, self._stand_in)
         cores = available_cores()
-        self.specs = [WorkerSpec(i.index, i.role, i.name, cores[i.index], cfg.model, *self.specs[i.index],
+        self.specs = [WorkerSpec(i.index, i.role, i.name, cores[i.index], serving.model, *self.specs[i.index],
                                  shm_name=segment_name() if i.role == "prefill" else "")
                       for i in self.cluster.instances]
 
     def _stand_in(self, engine, scheduler) -> LLMEngine:
         self.specs.append((engine, scheduler))
-        return build_engine(self.cfg.model, engine, scheduler, executor=self._executor, clock=MonotonicClock())
+        return build_engine(self.serving.model, engine, scheduler, executor=self._executor, clock=MonotonicClock())
 
     @property
     def forward_path(self) -> str:
