@@ -11,7 +11,7 @@ import pytest
 from chunklab.config import ConfigError, SchedulerConfig
 from chunklab.engine.block_manager import BlockManager
 from chunklab.engine.policies import budget_policy
-from chunklab.engine.policies.slo_adaptive import HEADROOM, MIN_CHUNK_TOKENS, largest_chunk
+from chunklab.engine.policies.slo_adaptive import DRIFT_MIN_STEPS, HEADROOM, MIN_CHUNK_TOKENS, largest_chunk
 from chunklab.engine.scheduler import Scheduler
 from chunklab.engine.sequence import Request, Sequence
 from chunklab.experiments.compose import compose_run_config
@@ -89,6 +89,52 @@ def test_slo_adaptive_decodes_that_fill_the_target_still_move_a_prefill():
     decoding(sched, 2, 100)
     sched.add(Sequence(Request(1, 0.0, (7,) * 500, 8)))
     assert sched.schedule().num_prefill_tokens == MIN_CHUNK_TOKENS
+
+
+def run_reported_at(sched: Scheduler, ratio: float, steps: int) -> list[tuple[int, int]]:
+    """`steps` steps, each reported back as having run `ratio` times its prediction. Per step: the
+    prefill tokens taken, and the largest chunk whose prediction fits HEADROOM x the target / ratio
+    (brute force, on the step's decode contexts and its prefill's cached prefix)."""
+    out = []
+    for _ in range(steps):
+        plan = sched.schedule()
+        ctx = [s.num_computed_tokens + 1 for s in plan.decodes]
+        first = plan.prefills[0].seq
+        pending = sum(c.seq.num_prefill_remaining for c in plan.prefills)
+        want = brute_force_chunk(ctx, first.num_computed_tokens, HEADROOM * sched.config.gap_target_s / ratio, pending)
+        out.append((plan.num_prefill_tokens, want))
+        sched.observe_step(ratio * 0.008, 0.008)
+        sched.postprocess(plan, {s.seq_id: 7 for s in plan.decodes} | {c.seq.seq_id: 7 for c in plan.prefills}, 0.0, 0.0)
+    return out
+
+
+def long_prompt_behind_decodes() -> Scheduler:
+    sched = scheduler("slo_adaptive", gap_target_s=0.02)
+    decoding(sched, 2, 100)
+    sched.add(Sequence(Request(1, 0.0, (7,) * 8000, 400)))
+    return sched
+
+
+def test_slo_adaptive_aims_under_the_target_by_the_engine_s_measured_drift():
+    """Steps that ran 1.25x their predictions: up to the DRIFT_MIN_STEPS-th the chunk is aimed at the
+    target, from then on at the target over 1.25. Steps that ran as predicted change nothing."""
+    slow = run_reported_at(long_prompt_behind_decodes(), 1.25, DRIFT_MIN_STEPS + 3)
+    assert all(got > want for got, want in slow[:DRIFT_MIN_STEPS])  # not yet corrected
+    assert all(got == want for got, want in slow[DRIFT_MIN_STEPS:])
+    steady = run_reported_at(long_prompt_behind_decodes(), 1.0, DRIFT_MIN_STEPS + 3)
+    assert all(got == want for got, want in steady)
+
+
+def test_slo_adaptive_reads_drift_only_from_the_steps_it_cut():
+    """Short prompts that fit whole, reported at 2x, leave the target alone: only a step the target
+    cut says how the steps near the target run."""
+    sched = scheduler("slo_adaptive", gap_target_s=0.02, max_num_seqs=16)
+    decoding(sched, 2, 100)
+    for i in range(DRIFT_MIN_STEPS + 2):
+        sched.add(Sequence(Request(10 + i, 0.0, (7,) * 50, 400)))
+        assert run_reported_at(sched, 2.0, 1)[0][0] == 50
+    sched.add(Sequence(Request(1, 0.0, (7,) * 8000, 400)))
+    assert all(got == want for got, want in run_reported_at(sched, 1.0, 3))
 
 
 def test_largest_chunk_solves_any_increasing_quadratic_exactly():

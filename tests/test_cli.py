@@ -145,7 +145,7 @@ def test_optuna_search_writes_and_logs_the_best_trial(tmp_path):
     import yaml
 
     best = yaml.safe_load((tmp_path / "multirun" / "best_config.yaml").read_text())
-    assert set(best["best_params"]) == {"scheduler.budget", "scheduler.max_partial_prefills",
+    assert set(best["best_params"]) == {"scheduler.budget", "scheduler.budget_policy", "scheduler.max_partial_prefills",
                                         "scheduler.long_prefill_threshold", "scheduler.ordering"}
     df = runs(tmp_path, "tuning")
     assert len(df) == 3 and set(df["status"]) == {"FINISHED"}

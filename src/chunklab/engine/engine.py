@@ -125,7 +125,10 @@ class LLMEngine:
         self.clock.advance(predicted_s)  # moves only a simulated clock
         end_s = self.clock.now()
         finished = self.scheduler.postprocess(plan, sampled, start_s, end_s)
-        values = (start_s, self.clock.now() - start_s,  # start_s, duration_s (a wall clock's includes postprocess)
+        duration_s = self.clock.now() - start_s  # a wall clock's includes postprocess
+        if predicted_s is not None:
+            self.scheduler.observe_step(duration_s, predicted_s)
+        values = (start_s, duration_s,
                   plan.num_decode_tokens, plan.num_prefill_tokens, len(plan.prefills), self.scheduler.num_running,
                   self.scheduler.num_waiting, self.block_manager.num_free_blocks, len(plan.preempted), predicted_s)
         return values, shape.features() if self.log_features else None, finished

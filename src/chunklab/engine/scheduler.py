@@ -284,6 +284,10 @@ class Scheduler:
         self._num_preemptions += 1
 
     # -- after the forward -----------------------------------------------
+    def observe_step(self, measured_s: float, predicted_s: float) -> None:
+        """A finished step's seconds and the cost model's prediction of them, for the budget policy."""
+        self._budget_policy.observe_step(measured_s, predicted_s)
+
     def postprocess(self, plan: StepPlan, sampled: dict[int, int], start_s: float, end_s: float) -> list[Sequence]:
         """Apply a finished step; returns the sequences that finished in it."""
         for chunk in plan.prefills:

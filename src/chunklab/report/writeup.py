@@ -138,7 +138,8 @@ def tuning_findings(outputs: Path) -> list[str]:
         best = t.loc[t["goodput_req_per_s"].idxmax()]
         out.append(f"- `{workload}`: goodput over {len(t)} trials spans {t['goodput_req_per_s'].min():.2f}-"
                    f"{t['goodput_req_per_s'].max():.2f} req/s (max/min {t['goodput_req_per_s'].max() / t['goodput_req_per_s'].min():.2f}x); "
-                   f"best: budget {best['budget']}, max_partial_prefills {best['max_partial_prefills']}, "
+                   f"best: budget {best['budget']} ({best['budget_policy']}), max_partial_prefills "
+                   f"{best['max_partial_prefills']}, "
                    f"long_prefill_threshold {best['long_prefill_threshold']}, {best['ordering']}.")
     out.append("- Whether the scheduler matters depends on the workload: the spread above is the simulated size of "
                "that dependence (exact for the profile; the fidelity section says how far the profile is from the "

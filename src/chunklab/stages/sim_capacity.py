@@ -24,7 +24,7 @@ class SimCapacityParams:
     rel_tol: float
 
 
-KNOBS = ("budget", "max_partial_prefills", "long_prefill_threshold", "ordering")
+KNOBS = ("budget", "budget_policy", "max_partial_prefills", "long_prefill_threshold", "ordering")
 
 
 def settings(workload: str, p: SimCapacityParams, tuning_dir: Path) -> list[tuple[str, list[str]]]:

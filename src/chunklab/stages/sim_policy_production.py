@@ -136,7 +136,9 @@ def run(p: SimPolicyProductionParams, out_dir: Path, table_path: Path) -> None:
         "fixed budget's capacity there.",
         table.reset_index().to_markdown(index=False),
         verdict_text(v, p.tie),
-        f"Conditions: {simulated_conditions(p.overrides)}", ""]))
+        "Conditions: " + "; ".join(f"{model} on {hardware}: "
+                                   + simulated_conditions([f"model={model}", f"hardware={hardware}", *p.overrides])
+                                   for model, hardware in p.pairs), ""]))
     print(table.to_string())
     print(verdict_text(v, p.tie))
 

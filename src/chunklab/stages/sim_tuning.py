@@ -27,7 +27,8 @@ class SimTuningParams:
     seed: int
 
 
-KNOBS = ("scheduler.budget", "scheduler.max_partial_prefills", "scheduler.long_prefill_threshold", "scheduler.ordering")
+KNOBS = ("scheduler.budget", "scheduler.budget_policy", "scheduler.max_partial_prefills", "scheduler.long_prefill_threshold",
+         "scheduler.ordering")
 
 
 def start_sweep(workload: str, p: SimTuningParams, sim: SimParams, profile: Path, runs: Path) -> subprocess.Popen:

@@ -84,6 +84,10 @@ class BudgetPolicy:
         admitted first; waiting: the queue. Both the scheduler's own: read them, never change them."""
         raise NotImplementedError
 
+    def observe_step(self, measured_s: float, predicted_s: float) -> None:
+        """After each step that the cost model priced: its seconds on the engine's clock and the
+        cost model's prediction for it. A policy that plans on predictions may correct them."""
+
 
 def budget_policy(cfg: SchedulerConfig, step_time: StepTimePredictor | None = None) -> BudgetPolicy:
     return BUDGETS.get(cfg.budget_policy)(cfg, step_time)

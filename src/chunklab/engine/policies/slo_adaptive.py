@@ -8,18 +8,28 @@ and all of what is pending), and the quadratic through them is solved for the ta
 work is quadratic in its chunk (attention pairs grow with chunk x context, the rest linearly), so
 for the profile's linear cost model (cost_models/linear.py) the quadratic is its prediction
 exactly; for the roofline, whose max() of compute and memory bends the curve, it is an estimate.
+
+The machine the profile was calibrated on drifts (a VM's speed moves 10-70% within minutes), so the
+policy reads its own engine: after each step it cut to the target, the step's measured seconds over
+the prediction. The target is divided by the DRIFT_QUANTILE of the last DRIFT_WINDOW_STEPS such
+ratios, in steps of 1% (a simulated engine's steps take their predictions exactly: 1.00, no change).
 """
 import math
 from collections import deque
 from itertools import chain
 
-from chunklab.engine.policies.base import BudgetPolicy
+from chunklab.config import SchedulerConfig
+from chunklab.engine.policies.base import BudgetPolicy, StepTimePredictor
 from chunklab.engine.sequence import Phase, Sequence
 
-# The prediction is aimed this far under the target: a step's measured time scatters around the
-# cost model's (the calibrated profile's held-out steps: p90 error ~10-20%), and a step over the
-# target is a gap over the SLO for every running decode.
+# The prediction is aimed this far under the target: a step over the target is a gap over the SLO for
+# every running decode, and a step's measured time scatters around the drift-corrected prediction.
 HEADROOM = 0.8
+# The drift correction: the 90th percentile of measured / predicted over the last 32 steps the target
+# cut (about a second of serving at a 30 ms gap target), from the 8th such step on.
+DRIFT_WINDOW_STEPS = 32
+DRIFT_QUANTILE = 0.9
+DRIFT_MIN_STEPS = 8
 # The least a pending prefill gets where even one token would break the target (the running
 # decodes alone fill it): one KV block a step, so no prompt waits forever behind a full batch.
 MIN_CHUNK_TOKENS = 16
@@ -30,7 +40,22 @@ class SloAdaptiveBudget(BudgetPolicy):
     needs_step_time = True
     needs_gap_target = True
 
+    def __init__(self, cfg: SchedulerConfig, step_time: StepTimePredictor | None = None):
+        super().__init__(cfg, step_time)
+        self.speed_factor = 1.0  # measured / predicted, as the drift correction reads it now
+        self._ratios: deque[float] = deque(maxlen=DRIFT_WINDOW_STEPS)
+        self._cut = False  # whether the step being run was cut to the target
+
+    def observe_step(self, measured_s: float, predicted_s: float) -> None:
+        if not self._cut or predicted_s <= 0:
+            return
+        self._ratios.append(measured_s / predicted_s)
+        if len(self._ratios) >= DRIFT_MIN_STEPS:
+            ordered = sorted(self._ratios)
+            self.speed_factor = round(ordered[int(DRIFT_QUANTILE * (len(ordered) - 1))], 2)
+
     def step_budget(self, running: list[Sequence], waiting: deque[Sequence]) -> int:
+        self._cut = False
         cap = self.cfg.budget
         decode_ctx = [s.num_computed_tokens + 1 for s in running if s.phase is Phase.DECODING]
         if not decode_ctx:
@@ -46,7 +71,8 @@ class SloAdaptiveBudget(BudgetPolicy):
         if room <= 0:
             return cap
         chunk = largest_chunk(lambda n: self.step_time(decode_ctx, n, first.num_computed_tokens),
-                              HEADROOM * self.cfg.gap_target_s, room)
+                              HEADROOM * self.cfg.gap_target_s / self.speed_factor, room)
+        self._cut = chunk < room
         return len(decode_ctx) + chunk
 
 
