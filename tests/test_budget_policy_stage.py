@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from chunklab.config import SloConfig
-from chunklab.report.budget_policy import compare, goals
+from chunklab.report.budget_policy import compare, failures, goals
 
 SLO = SloConfig(ttft_s=1.0, tpot_s=None, itl_p99_s=0.01)
 RATES = (2.0, 4.0, 6.0)
@@ -65,3 +65,17 @@ def test_the_goal_lines_come_out_either_way():
     text = goals("slo_adaptive", pd.DataFrame(caps), pd.DataFrame(loads))
     assert "against the best fixed budget's (budget 64) > 6.00 req/s, **below** it" in text
     assert "worst stall at most 4.00x budget 64's" in text
+
+
+def test_failures_count_each_bound_an_arm_broke_from_the_requests():
+    """budget 64: 36 of 120 requests over the p99 gap bound, none over TTFT; the policy: 2 late, and a
+    TTFT raised past the bound on 3. The shares follow the data, each bound on its own."""
+    fixed = requests("budget 64", {4.0: 6, 6.0: 12})
+    mine = requests("slo_adaptive", {6.0: 1})
+    mine.loc[mine.index[:3], "ttft_s"] = 2.0
+    f = failures(pd.concat([fixed, mine]), "stall", SLO)
+    assert f["budget 64"]["gap"] == pytest.approx(36 / 120) and f["budget 64"]["ttft"] == 0.0
+    assert f["slo_adaptive"]["gap"] == pytest.approx(2 / 120) and f["slo_adaptive"]["ttft"] == pytest.approx(3 / 120)
+    assert f["slo_adaptive"]["gap_name"] == "p99 gap"
+    mean_gap = failures(fixed, "chapter", SloConfig(ttft_s=1.0, tpot_s=0.0005, itl_p99_s=None))
+    assert mean_gap["budget 64"]["gap"] == 1.0 and mean_gap["budget 64"]["gap_name"] == "mean gap"

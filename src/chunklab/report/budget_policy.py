@@ -76,7 +76,38 @@ def compare(arms: pd.DataFrame, slo_name: str, slo, policy: str) -> tuple[list[d
     return caps, loads
 
 
-def markdown(policy: str, mine: pd.DataFrame, caps: pd.DataFrame, loads: pd.DataFrame, conditions: str) -> str:
+def failures(arms: pd.DataFrame, slo_name: str, slo) -> dict:
+    """Per arm, of its requests under this SLO family (every rate pooled): the share over the TTFT bound
+    and the share over the gap bound (mean gap or p99 gap, the one the family sets)."""
+    gap_column, gap_limit = ("itl_p99_s", slo.itl_p99_s) if slo.itl_p99_s is not None else ("tpot_s", slo.tpot_s)
+    out = {}
+    for arm, at in arms.groupby("arm", sort=False):
+        ttft, gap = at["ttft_s"].to_numpy(dtype=float), at[gap_column].to_numpy(dtype=float)
+        out[arm] = {"slo": slo_name, "ttft": float(np.mean(ttft > slo.ttft_s)) if slo.ttft_s is not None else 0.0,
+                    "gap": float(np.mean(gap > gap_limit)) if gap_limit is not None else 0.0,
+                    "gap_name": "p99 gap" if gap_column == "itl_p99_s" else "mean gap"}
+    return out
+
+
+def why_text(policy: str, fails: list[dict], runs: pd.DataFrame | None) -> str:
+    """Which bound each arm's requests broke, and how far the policy's steps ran from the profile."""
+    lines = []
+    for by_arm in fails:
+        any_arm = next(iter(by_arm.values()))
+        parts = "; ".join(f"{arm} {100 * f['ttft']:.1f}% / {100 * f['gap']:.1f}%" for arm, f in by_arm.items())
+        lines.append(f"- Under `{any_arm['slo']}`, requests over the TTFT bound / over the {any_arm['gap_name']} "
+                     f"bound, all rates pooled: {parts}.")
+    if runs is not None and "step_time_vs_predicted_p50" in runs:
+        for slo, r in runs.groupby("slo", sort=False):
+            x = r["step_time_vs_predicted_p50"].dropna()
+            if len(x):
+                lines.append(f"- The `{policy}` runs under `{slo}`: the median step ran {x.min():.2f}-{x.max():.2f}x the "
+                             "profile's prediction (per run), the drift the policy corrects for on the steps it cuts.")
+    return "\n".join(lines)
+
+
+def markdown(policy: str, mine: pd.DataFrame, caps: pd.DataFrame, loads: pd.DataFrame, conditions: str,
+             why: str = "") -> str:
     cap_table = caps[["slo", "arm", "capacity", *[c for c in caps.columns if c.startswith("share_at_")]]].copy()  # no lo/hi
     for c in [c for c in cap_table.columns if c.startswith("share_at_")]:
         cap_table[c] = (100 * cap_table[c]).map("{:.0f}%".format)
@@ -102,6 +133,7 @@ def markdown(policy: str, mine: pd.DataFrame, caps: pd.DataFrame, loads: pd.Data
         "the seeds, crosses 90%, interpolated in log-rate between the rates that bracket it.",
         cap_table.to_markdown(index=False),
         goals(policy, caps, loads),
+        *([why] if why else []),
         "At each rate, the policy against each fixed budget by the report's paired rule (requests paired by seed and "
         "id, seeds the clusters; the change is the policy's against the fixed budget's): share within the SLO, the "
         "worst stall any request saw, and the long prompts' own TTFT p50.",
@@ -135,8 +167,8 @@ def goals(policy: str, caps: pd.DataFrame, loads: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def measured_comparison(outputs: Path) -> tuple[str, pd.DataFrame, pd.DataFrame, pd.DataFrame] | None:
-    """(policy, its requests, capacity rows, per-load rows) of stage budget_policy against the grid's
+def measured_comparison(outputs: Path) -> tuple[str, pd.DataFrame, pd.DataFrame, pd.DataFrame, str] | None:
+    """(policy, its requests, capacity rows, per-load rows, why: which bounds failed) of stage budget_policy against the grid's
     fixed budgets, each SLO family it ran under; None where it has not run. Computed once per report
     (the section and the summary read it; its bootstraps take seconds)."""
     path = outputs / "budget_policy" / "requests.csv"
@@ -146,19 +178,23 @@ def measured_comparison(outputs: Path) -> tuple[str, pd.DataFrame, pd.DataFrame,
 
 
 @functools.lru_cache(maxsize=2)
-def _measured_comparison(outputs: Path, _stamp: float) -> tuple[str, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def _measured_comparison(outputs: Path, _stamp: float) -> tuple[str, pd.DataFrame, pd.DataFrame, pd.DataFrame, str]:
     path = outputs / "budget_policy" / "requests.csv"
     mine = pd.read_csv(path)
     policy = mine["arm"].iloc[0]
     fixed = fixed_arms(outputs / "fidelity" / "requests_measured.csv", mine["workload"].iloc[0],
                        mine["seed"].unique(), mine["rate_per_s"].unique())
     slos = scored_slos(outputs)
-    caps, loads = [], []
+    caps, loads, fails = [], [], []
     for name, g in mine.groupby("slo", sort=False):
-        c, l = compare(pd.concat([fixed, g[COLUMNS]]), name, slos[name]["1"], policy)
+        arms = pd.concat([fixed, g[COLUMNS]])
+        c, l = compare(arms, name, slos[name]["1"], policy)
         caps += c
         loads += l
-    return policy, mine, pd.DataFrame(caps), pd.DataFrame(loads)
+        fails.append(failures(arms, name, slos[name]["1"]))
+    runs_path = outputs / "budget_policy" / "runs.csv"
+    why = why_text(policy, fails, pd.read_csv(runs_path) if runs_path.is_file() else None)
+    return policy, mine, pd.DataFrame(caps), pd.DataFrame(loads), why
 
 
 def measured_table(outputs: Path) -> str:
@@ -167,7 +203,8 @@ def measured_table(outputs: Path) -> str:
     if found is None:
         return ""
     conditions = json.loads((outputs / "budget_policy" / "conditions.json").read_text())["measured"]
-    return markdown(*found, conditions)
+    policy, mine, caps, loads, why = found
+    return markdown(policy, mine, caps, loads, conditions, why)
 
 
 def budget_policy_section(outputs: Path) -> list[str]:
@@ -192,7 +229,7 @@ def budget_policy_summary(outputs: Path, link: str) -> list[str]:
     measured = measured_comparison(outputs)
     lines = []
     if measured is not None:
-        policy, _, caps, _ = measured
+        policy, _, caps, _, _ = measured
         per_slo = []
         for slo, g in caps.groupby("slo", sort=False):
             arms = "; ".join(f"{r.arm} {r.capacity}" for r in g.itertuples())
