@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from chunklab.config import SloConfig
-from chunklab.report.disagg import AGREES, DISAGREES, WITHIN, verdicts
+from chunklab.report.disagg import AGREES, DISAGREES, WITHIN, gain_verdict, verdicts
 from chunklab.stages.sim_disagg import DRIVERS, MIN_COLOCATED_SHARE, winners_table, tidy
 
 SLOS = ("disagg_tight_ttft", "disagg_strict_tpot", "disagg_balanced")
@@ -35,7 +35,7 @@ def tables(gain, throughput=1.0):
 
 def judged(gain, throughput=1.0) -> dict[str, str]:
     cells, capacity = tables(gain, throughput)
-    v = verdicts(winners_table(cells, 0.05), cells, capacity, 0.05, LOADS, THROUGHPUT_LOAD, MIN_COLOCATED_SHARE)
+    v = verdicts(winners_table(cells, 0.05), cells, capacity, 0.05, LOADS, THROUGHPUT_LOAD)
     return dict(zip(v["key"], v["verdict"]))
 
 
@@ -68,23 +68,37 @@ def test_llmd_large_models_long_inputs(there, elsewhere, expected):
     assert judged(gain)["llmd_large_long"] == expected
 
 
-@pytest.mark.parametrize("largest, expected", [(1.9, AGREES), (1.5, DISAGREES)])
-def test_distserves_gain(largest, expected):
-    """Colocated goodput set so that the largest split/colocated ratio is 4.48 x largest / 1.9: 4.48 itself
-    (agrees), or 3.54 (beyond the margin below it: disagrees)."""
-    cells, capacity = tables(lambda m, w, s: largest if (m, w, s) == ("small_8b", "azure_conv", SLOS[0]) else 1.0)
-    cells.loc[cells["topology"] == "colocated", "goodput_per_gpu_rps"] = 2.0 * 0.5 * 1.9 / 4.48
-    v = verdicts(winners_table(cells, 0.05), cells, capacity, 0.05, LOADS, THROUGHPUT_LOAD, MIN_COLOCATED_SHARE)
-    assert dict(zip(v["key"], v["verdict"]))["distserve_gain"] == expected
+def grid(colocated: list[float], split: list[float], loads=(0.1, 0.2, 2.5)) -> pd.DataFrame:
+    """One point's cells: the share within the SLO at each load, of one colocated setting and one split."""
+    key = {"model": "small_8b", "hardware": "h100", "gpus": 2, "workload": "azure_conv", "slo": SLOS[0]}
+    return pd.DataFrame([key | {"load": load, "link": link, "topology": topology, "setting": setting, "share_in_slo": share}
+                         for topology, link, setting, shares in (("colocated", "none", "budget 512", colocated),
+                                                                 ("disaggregated", "nvlink4", "1P1D", split))
+                         for load, share in zip(loads, shares)])
 
 
-def test_distserves_gain_ignores_points_where_colocation_barely_serves():
-    """A 20x ratio over a colocated share of 2% is overload, not topology: it decides nothing."""
-    cells, capacity = tables(lambda m, w, s: 1.0)
-    hit = (cells["model"] == "small_8b") & (cells["workload"] == "azure_conv") & (cells["slo"] == SLOS[0])
-    cells.loc[hit & (cells["topology"] == "colocated"), ["share_in_slo", "goodput_per_gpu_rps"]] = [0.02, 0.05]
-    v = verdicts(winners_table(cells, 0.05), cells, capacity, 0.05, LOADS, THROUGHPUT_LOAD, MIN_COLOCATED_SHARE)
-    assert dict(zip(v["key"], v["verdict"]))["distserve_gain"] == DISAGREES
+@pytest.mark.parametrize("colocated, split, expected", [
+    ([0.95, 0.5, 0.5], [0.95, 0.95, 0.95], AGREES),  # colocation under 0.2, the split over 2.5: at least 12.5x
+    ([0.5, 0.5, 0.5], [0.95, 0.95, 0.95], AGREES),  # colocation under the lowest load: at least 25x
+    ([0.95, 0.5, 0.5], [0.95, 0.5, 0.5], DISAGREES),  # both between 0.1 and 0.2: at most 2x
+    ([0.95, 0.95, 0.5], [0.95, 0.95, 0.95], WITHIN),  # proven 2.5 / 2.5, the split unbounded above: cannot tell
+    ([0.5, 0.5, 0.5], [0.5, 0.5, 0.5], WITHIN),  # neither reaches 90% anywhere: the grid cannot tell
+])
+def test_distserves_gain_on_capacity_per_gpu(colocated, split, expected):
+    """DistServe's claim (7.4x the rate per GPU at >= 90% within SLO) on the grid: agrees when the grid
+    proves it, disagrees when no point could reach it, within margin when the grid cannot tell."""
+    assert gain_verdict(grid(colocated, split), 0.05)[0] == expected
+
+
+def test_distserves_gain_reads_the_best_setting_of_each_topology():
+    """Loads 1, 2, 16: the split holds 90% at every load; colocation at budget 512 only at 1 (a gain of
+    at least 8x: agrees). A second colocated setting holding it to 2 takes that proof away."""
+    loads = (1.0, 2.0, 16.0)
+    cells = grid([0.95, 0.5, 0.5], [0.95, 0.95, 0.95], loads)
+    assert gain_verdict(cells, 0.05)[0] == AGREES
+    better = grid([0.95, 0.95, 0.5], [0.95, 0.95, 0.95], loads)
+    better = better[better["topology"] == "colocated"].assign(setting="budget 2048")
+    assert gain_verdict(pd.concat([cells, better]), 0.05)[0] == WITHIN
 
 
 def test_winners_call_a_lead_under_the_margin_a_tie_and_no_goodput_none():

@@ -107,8 +107,7 @@ def disagg_section(outputs: Path) -> list[str]:
     if loaded is None:
         return []
     winners, cells, capacity, c = loaded
-    v = verdicts(winners, cells, capacity, c["tie_margin"], c["verdict_loads"], c["throughput_load"],
-                 c["min_colocated_share"])
+    v = verdicts(winners, cells, capacity, c["tie_margin"], c["verdict_loads"], c["throughput_load"])
     table = v[["source", "statement", "verdict", "decided_by"]].rename(columns={"decided_by": "decided by (SIMULATED)"})
     hardware = list(dict.fromkeys(winners["hardware"]))
     maps = [f"![{m} on {h}, {link}](plots/simulated/disagg_{m}_{h}_{link}.png)"
@@ -136,4 +135,4 @@ def disagg_metrics(outputs: Path) -> dict[str, dict]:
     winners, cells, capacity, c = loaded
     return {"disagg": {r.key: SCORE[r.verdict]
                        for r in verdicts(winners, cells, capacity, c["tie_margin"], c["verdict_loads"],
-                                         c["throughput_load"], c["min_colocated_share"]).itertuples()}}
+                                         c["throughput_load"]).itertuples()}}
