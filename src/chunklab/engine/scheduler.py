@@ -61,6 +61,9 @@ class SchedulerStats:
     num_running: int
     num_waiting: int
 
+    def __reduce__(self):  # pickled by its fields, as Request (sequence.py)
+        return SchedulerStats, (self.num_preemptions, self.num_chunked_prefills, self.num_running, self.num_waiting)
+
 
 class Scheduler:
     def __init__(self, cfg: SchedulerConfig, block_manager: BlockManager, step_time: StepTimePredictor | None = None):

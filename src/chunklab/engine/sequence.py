@@ -15,6 +15,11 @@ class Request:
     max_output_tokens: int  # generation stops here (EOS is ignored, benchmark mode)
     label: str = ""  # workload class, e.g. "long" / "short", for per-class metrics
 
+    def __reduce__(self):
+        # pickled by its fields (a measured cluster's workers): compiled (compiled_core.py), a frozen
+        # dataclass cannot be restored attribute by attribute
+        return Request, (self.request_id, self.arrival_s, self.prompt_token_ids, self.max_output_tokens, self.label)
+
 
 class Phase(Enum):
     WAITING = auto()  # queued; also where a preempted sequence goes back to

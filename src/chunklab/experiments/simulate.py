@@ -26,6 +26,8 @@ def simulate(cfg: RunConfig, view: View | None = None) -> T:
     view: its summary by default, or another view of the run below (functools.partial binds a view's
     arguments, and keeps it a picklable task for simulate_many)."""
     run = execute(dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, executor="simulated")), warmup=False)
+    if run.result.error is not None:  # a lean run keeps no files: a run that broke off is an error, not a result
+        raise run.result.error
     return view(run) if view else run.summary
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import psutil
 
+from chunklab.compiled_core import core_kind
 from chunklab.config import EngineConfig, HardwareConfig, ModelConfig, RunConfig, WorkloadConfig, trace_length_scale
 from chunklab.cost_models import cost_model_for
 from chunklab.engine.malloc_policy import heap_policy
@@ -134,7 +135,8 @@ def conditions(cfg: RunConfig, num_params: int, cost_model=None, forward_path: s
         given = cost_model.provenance.conditions  # what a cost model does not say, its phrase and "simulated" say
         return out | given | {k: v for k, v in (("device", "simulated"), ("cost_model", cost_model.provenance.phrase))
                               if k not in given}
-    return out | _torch_conditions(cfg.engine.device) | {"forward_path": forward_path, "heap": heap_policy()}
+    return out | _torch_conditions(cfg.engine.device) | {"forward_path": forward_path, "heap": heap_policy(),
+                                                          "core": core_kind()}
 
 
 def _torch_conditions(device: str) -> dict[str, str]:
@@ -161,5 +163,6 @@ def conditions_line(c: dict[str, str]) -> str:
                 f"{c['cost_model']}, {c['workload']}, simulated {c['measured_at']}")
     return (f"{c['model']} ({int(c['model_params']):,} params, {c['dtype']}), {c['cpu_logical_cores']}x "
             f"{c['cpu_arch']} CPU ({c['cpu_model']}), device {c['device']}, torch {c['torch_version']}, "
-            f"{c['torch_threads']} threads, {c.get('forward_path') or 'eager'} forward, {c['workload']}, "
+            f"{c['torch_threads']} threads, {c.get('forward_path') or 'eager'} forward, {c.get('core', 'interpreted')} "
+            f"scheduling core, {c['workload']}, "
             f"measured {c['measured_at']}")
