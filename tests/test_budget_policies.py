@@ -54,6 +54,32 @@ def test_slo_adaptive_takes_the_largest_chunk_within_the_gap_target():
     assert quadratic_step_s(ctx, want, 0) <= HEADROOM * 0.02 < quadratic_step_s(ctx, want + 1, 0)
 
 
+def mean_bound_chunk(kind: str, gaps_s: list[list[float]], target_s: float = 0.02) -> int:
+    """The chunk slo_adaptive gives a 3,000-token prompt beside decodes that already took these gaps."""
+    sched = scheduler("slo_adaptive", gap_target_s=target_s, gap_target_kind=kind)
+    for i, gaps in enumerate(gaps_s):
+        seq = sched.stage(Request(100 + i, 0.0, (7,) * 600, 50), 600, decoding=True)
+        time_s = 0.0
+        for gap_s in gaps:
+            time_s += gap_s
+            seq.append_token(0, time_s)
+    sched.add(Sequence(Request(1, 0.0, (7,) * 3000, 8)))
+    return sched.schedule().num_prefill_tokens
+
+
+def test_slo_adaptive_under_a_mean_gap_bound_spends_what_each_request_saved():
+    """Under a mean-gap (TPOT) bound, requests whose gaps ran under the target may take one longer gap:
+    the step is cut to what the least-ahead of them can spend (10 gaps of 5 ms under a 20 ms target:
+    0.02 x 11 - 0.05 = 0.17 s); one behind its mean gets the target itself, as a step bound would."""
+    ahead = [[0.005] * 10, [0.005] * 20]
+    ctx = [601, 601]
+    assert mean_bound_chunk("step", ahead) == brute_force_chunk(ctx, 0, HEADROOM * 0.02, 3000)
+    assert mean_bound_chunk("mean", ahead) == brute_force_chunk(ctx, 0, HEADROOM * 0.17, 3000)
+    assert brute_force_chunk(ctx, 0, HEADROOM * 0.02, 3000) < mean_bound_chunk("mean", ahead) < 3000
+    behind = ahead + [[0.03] * 5]  # 150 ms over 5 gaps: 30 ms a gap, over the target
+    assert mean_bound_chunk("mean", behind) == brute_force_chunk(ctx + [601], 0, HEADROOM * 0.02, 3000)
+
+
 def test_slo_adaptive_prices_the_chunk_at_its_cached_prefix():
     """A prefill half done (1,500 of 3,000 cached) reads more context per token: a smaller chunk fits."""
     sched = scheduler("slo_adaptive", gap_target_s=0.02)
@@ -195,6 +221,9 @@ def test_the_gap_target_is_the_slo_in_force():
     assert chapter.slo.itl_p99_s is None and chapter.scheduler.gap_target_s == chapter.slo.tpot_s
     given = compose_run_config([*BASE, "scheduler=slo_adaptive", "scheduler.gap_target_s=0.003"])
     assert given.scheduler.gap_target_s == 0.003
+    # what the target bounds: every step under a p99 gap, each request's mean under a mean gap
+    assert (stall.scheduler.gap_target_kind, chapter.scheduler.gap_target_kind, given.scheduler.gap_target_kind) == (
+        "step", "mean", "step")
     assert compose_run_config([*BASE, "slo=stall_scaled"]).scheduler.gap_target_s is None  # fixed reads none
 
 
@@ -204,6 +233,7 @@ def test_the_gap_target_is_the_slo_in_force():
      "scheduler.budget_policy=slo_adaptive: the SLO has no gap bound"),
     (["scheduler=load_adaptive", "scheduler.pressure_budget_tokens=4"], "scheduler.pressure_budget_tokens=4: must be >="),
     (["scheduler=slo_adaptive", "scheduler.gap_target_s=0"], "scheduler.gap_target_s=0.0: must be > 0"),
+    (["scheduler=slo_adaptive", "scheduler.gap_target_kind=p99"], "scheduler.gap_target_kind='p99': must be step"),
 ])
 def test_bad_budget_policy_values_are_one_line(overrides, message):
     with pytest.raises(ConfigError) as err:

@@ -89,6 +89,9 @@ class SchedulerConfig:
     pressure_budget_tokens: int = 512  # load_adaptive: the budget while prefills queue behind running decodes
     # slo_adaptive: the gap a step may take while decodes run; null: the SLO in force's (experiments/prepare.py)
     gap_target_s: float | None = None
+    # what the gap target bounds: "step", every gap (a p99 or stall bound); "mean", each request's mean gap
+    # (a TPOT bound: a request ahead of it may spend what it saved on one longer step). null: from the SLO
+    gap_target_kind: str | None = None
 
 
 @dataclass  # not frozen: Hydra builds list items from this type while composing, and must fill them
@@ -295,6 +298,8 @@ def validate(cfg: RunConfig) -> None:
     _check(s.pressure_budget_tokens >= s.max_num_seqs, "scheduler.pressure_budget_tokens", s.pressure_budget_tokens,
            f"must be >= scheduler.max_num_seqs ({s.max_num_seqs}) so every running sequence can decode")
     _check(s.gap_target_s is None or s.gap_target_s > 0, "scheduler.gap_target_s", s.gap_target_s, "must be > 0, or null")
+    _check(s.gap_target_kind in (None, "step", "mean"), "scheduler.gap_target_kind", s.gap_target_kind,
+           "must be step, mean or null")
     _validate_hardware(cfg.hardware, cfg.engine, cfg.model)
     _validate_topology(cfg.topology, cfg.link, cfg.scheduler, cfg.engine, cfg.slowdown)
     _validate_workload(w, m)

@@ -97,12 +97,16 @@ def describe(slo: SloConfig) -> str:
 
 
 def with_gap_target(s: SchedulerConfig, slo: SloConfig) -> SchedulerConfig:
-    """The scheduler config with gap_target_s set where its budget policy reads one and it is null: the
-    SLO's per-request p99 gap, else its mean gap (seconds by now: after resolve_slo)."""
-    if s.gap_target_s is not None or not BUDGETS.get(s.budget_policy).needs_gap_target:
+    """The scheduler config with gap_target_s (and gap_target_kind) set where its budget policy reads one
+    and they are null: the SLO's per-request p99 gap, bounding every step, else its mean gap, bounding
+    each request's mean (seconds by now: after resolve_slo)."""
+    if not BUDGETS.get(s.budget_policy).needs_gap_target:
         return s
+    if s.gap_target_s is not None:
+        return dataclasses.replace(s, gap_target_kind=s.gap_target_kind or "step")
     target = slo.itl_p99_s if slo.itl_p99_s is not None else slo.tpot_s
     if target is None:
         raise ConfigError(f"scheduler.budget_policy={s.budget_policy}: the SLO has no gap bound (slo.itl_p99_s and "
                           "slo.tpot_s are null) to take scheduler.gap_target_s from: give one")
-    return dataclasses.replace(s, gap_target_s=target)
+    kind = s.gap_target_kind or ("step" if slo.itl_p99_s is not None else "mean")
+    return dataclasses.replace(s, gap_target_s=target, gap_target_kind=kind)

@@ -3,6 +3,12 @@ the running decodes' next gap within the target (scheduler.gap_target_s, set fro
 its per-request p99 gap, else its mean gap). With no decode running, or no prefill pending, the
 step takes up to scheduler.budget (the whole pending prefill where it fits).
 
+What the target bounds (scheduler.gap_target_kind, from the SLO): a p99 or stall bound holds every
+gap to it ("step"). A mean-gap (TPOT) bound holds each request's mean ("mean"): a request whose gaps
+so far ran under the target may spend what they saved on the next one, so the step is cut to what the
+least-ahead running request can spend, never below the target. Holding every gap to a mean bound cut
+chunks that no request's SLO asked to cut, and the prompts behind them broke their TTFT instead.
+
 The chunk is solved for, not searched: the step time is predicted at three chunk sizes (1, half
 and all of what is pending), and the quadratic through them is solved for the target. A step's
 work is quadratic in its chunk (attention pairs grow with chunk x context, the rest linearly), so
@@ -57,9 +63,10 @@ class SloAdaptiveBudget(BudgetPolicy):
     def step_budget(self, running: list[Sequence], waiting: deque[Sequence]) -> int:
         self._cut = False
         cap = self.cfg.budget
-        decode_ctx = [s.num_computed_tokens + 1 for s in running if s.phase is Phase.DECODING]
-        if not decode_ctx:
+        decoding = [s for s in running if s.phase is Phase.DECODING]
+        if not decoding:
             return cap
+        decode_ctx = [s.num_computed_tokens + 1 for s in decoding]
         first, pending = None, 0  # the prefill that takes the chunk first, and how much is pending (up to cap)
         for seq in chain((s for s in running if s.phase is Phase.PREFILLING), waiting):
             if first is None:
@@ -70,10 +77,22 @@ class SloAdaptiveBudget(BudgetPolicy):
         room = min(cap - len(decode_ctx), pending)
         if room <= 0:
             return cap
+        target_s = self.cfg.gap_target_s
+        if self.cfg.gap_target_kind == "mean":
+            target_s = min(mean_gap_room_s(s, target_s) for s in decoding)
         chunk = largest_chunk(lambda n: self.step_time(decode_ctx, n, first.num_computed_tokens),
-                              HEADROOM * self.cfg.gap_target_s / self.speed_factor, room)
+                              HEADROOM * target_s / self.speed_factor, room)
         self._cut = chunk < room
         return len(decode_ctx) + chunk
+
+
+def mean_gap_room_s(seq: Sequence, target_s: float) -> float:
+    """The longest next gap that keeps seq's mean gap so far within target_s: its gaps so far may sum to
+    target_s each, and what they left unspent goes to the next one. Its last token ended the step
+    before this one, so the gap is this step (at least target_s: a mean bound allows every gap that)."""
+    times = seq.token_times_s
+    gaps = len(times) - 1
+    return max(target_s, target_s * (gaps + 1) - (times[-1] - times[0]))
 
 
 def largest_chunk(step_s, target_s: float, most: int) -> int:
