@@ -1,10 +1,13 @@
 """Verdicts on the published P/D statements (report/disagg.py) from sim_disagg's tables: a table where a
 statement is false must say so, one where it is true must agree. Synthetic tables, no simulation."""
+import json
+
 import pandas as pd
 import pytest
 
 from chunklab.config import SloConfig
 from chunklab.report.disagg import AGREES, DISAGREES, WITHIN, gain_verdict, verdicts
+from chunklab.report.disagg_text import load, sensitivity_lines
 from chunklab.stages.sim_disagg import DRIVERS, MIN_COLOCATED_SHARE, winners_table, tidy
 
 SLOS = ("disagg_tight_ttft", "disagg_strict_tpot", "disagg_balanced")
@@ -121,3 +124,32 @@ def test_a_budget_policys_run_is_judged_under_its_own_slo_set_only():
     cells = tidy(keys, [summary, summary], {("m", "h100"): sets})
     assert list(zip(cells["setting"], cells["slo"])) == [("budget 512", "tight"), ("budget 512", "loose"),
                                                         ("slo_adaptive", "tight")]
+
+
+def write_grid(folder, gain, c: dict) -> None:
+    """sim_disagg's files of the synthetic tables above, as the report reads them."""
+    cells, capacity = tables(gain)
+    folder.mkdir(parents=True)
+    cells.to_csv(folder / "cells.csv", index=False)
+    winners_table(cells, c["tie_margin"]).to_csv(folder / "winners.csv", index=False)
+    capacity.to_csv(folder / "capacity.csv", index=False)
+    (folder / "conditions.json").write_text(json.dumps(c))
+
+
+@pytest.mark.parametrize("strict_there, moves", [(0.5, True), (1.8, False)])
+def test_the_sensitivity_table_names_a_verdict_that_moves_with_the_assumed_constants(tmp_path, strict_there, moves):
+    c = {"tie_margin": 0.05, "verdict_loads": LOADS, "throughput_load": THROUGHPUT_LOAD}
+    write_grid(tmp_path / "simulated" / "disagg", taichi(0.5, 1.8, 1.02), c)  # every TaiChi regime agrees
+    write_grid(tmp_path / "simulated" / "sensitivity" / "step_overhead_x2", taichi(0.5, strict_there, 1.02), c)
+    (tmp_path / "simulated" / "sensitivity" / "settings.json").write_text(json.dumps({"gpus": [2], "settings": {
+        "step_overhead_x2": {"knob": "step_overhead", "factor": 2.0, "fields": ["step_overhead_s"],
+                             "values": {"small_8b on h100": {"step_overhead_s": 0.004}}}}}))
+    winners, cells, capacity, _ = load(tmp_path)
+    lines = sensitivity_lines(tmp_path, c, verdicts(winners, cells, capacity, 0.05, LOADS, THROUGHPUT_LOAD))
+    assert lines and "step_overhead_x2: small_8b on h100 step_overhead_s 0.004" in lines[0]
+    if moves:
+        assert lines[-1].startswith("Verdicts that move within these factors: TaiChi (disaggregation wins under "
+                                    "strict TPOT with relaxed TTFT): agrees as assumed, disagrees at step_overhead_x2;")
+        assert "TaiChi (colocation wins under tight TTFT" not in lines[-1]  # its regime did not move
+    else:
+        assert lines[-1] == "No verdict moves within these factors."

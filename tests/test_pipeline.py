@@ -94,6 +94,7 @@ EXPECTED = [
     "outputs/budget_policy/requests.csv", "outputs/simulated/budget_policy/standing.csv",
     "outputs/simulated/budget_policy/costs.csv", "outputs/simulated/tables/budget_policy.md",
     "outputs/simulated/policy_production/capacity.csv", "outputs/simulated/tables/policy_production.md",
+    "outputs/simulated/sensitivity/settings.json", "outputs/simulated/sensitivity/step_overhead_x2/winners.csv",
 ]
 SIM_OUTPUTS = "outputs/simulated"
 
@@ -129,7 +130,9 @@ def test_dvc_repro_smoke(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(repo / "src"), CHUNKLAB_PROJECT_DIR=str(repo),  # the clone, not this checkout
                MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db",
                CHUNKLAB_CAPACITY_REQUESTS="100",  # the fused forward as built for this checkout (same sources)
-               CHUNKLAB_EXTENSIONS_DIR=os.environ.get("CHUNKLAB_EXTENSIONS_DIR", str(ROOT / ".cache" / "torch_extensions")))
+               CHUNKLAB_EXTENSIONS_DIR=os.environ.get("CHUNKLAB_EXTENSIONS_DIR", str(ROOT / ".cache" / "torch_extensions")),
+               # and the compiled core of these sources, where `make core` built it (a build of others is never loaded)
+               CHUNKLAB_COMPILED_DIR=os.environ.get("CHUNKLAB_COMPILED_DIR", str(ROOT / ".cache" / "compiled_core")))
     git = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True)  # noqa: E731
     git("init", "-q")
     git("add", "-A")

@@ -11,14 +11,66 @@ import pandas as pd
 from chunklab.report.disagg import SCORE, verdicts
 
 FOLDER = ("simulated", "disagg")
+SENSITIVITY = ("simulated", "sensitivity")  # stage sim_sensitivity: the grid again, assumed constants scaled
 
 
-def load(outputs: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict] | None:
-    base = outputs.joinpath(*FOLDER)
+def load(outputs: Path, folder: tuple[str, ...] = FOLDER) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict] | None:
+    base = outputs.joinpath(*folder)
     if not (base / "winners.csv").is_file():
         return None
     return (pd.read_csv(base / "winners.csv"), pd.read_csv(base / "cells.csv"), pd.read_csv(base / "capacity.csv"),
             json.loads((base / "conditions.json").read_text()))
+
+
+def decided(winners: pd.DataFrame, cells: pd.DataFrame, capacity: pd.DataFrame, c: dict) -> pd.Series:
+    """Each statement's verdict on these tables, by the main grid's rules and margin (key -> verdict)."""
+    v = verdicts(winners, cells, capacity, c["tie_margin"], c["verdict_loads"], c["throughput_load"])
+    return v.set_index("key")["verdict"]
+
+
+def sensitivity(outputs: Path, c: dict) -> tuple[pd.DataFrame, dict] | None:
+    """Per statement (rows, keyed as STATEMENTS), its verdict on the main grid's points at the GPU counts
+    stage sim_sensitivity ran (column 'x1') and at each of its settings; None where it did not run."""
+    root = outputs.joinpath(*SENSITIVITY)
+    if not (root / "settings.json").is_file():
+        return None
+    s = json.loads((root / "settings.json").read_text())
+    winners, cells, capacity, _ = load(outputs)
+    columns = {"x1": decided(winners[winners["gpus"].isin(s["gpus"])], cells[cells["gpus"].isin(s["gpus"])],
+                             capacity, c)}
+    for name in s["settings"]:
+        loaded = load(outputs, SENSITIVITY + (name,))
+        if loaded is not None:
+            columns[name] = decided(*loaded[:3], c)
+    return pd.DataFrame(columns), s
+
+
+def moved(table: pd.DataFrame) -> dict[str, list[str]]:
+    """statement key -> the settings under which its verdict differs from column 'x1'."""
+    return {key: [name for name in table.columns[1:] if row[name] != row["x1"]] for key, row in table.iterrows()}
+
+
+def sensitivity_lines(outputs: Path, c: dict, statements: pd.DataFrame) -> list[str]:
+    found = sensitivity(outputs, c)
+    if found is None:
+        return []
+    table, s = found
+    moves = moved(table)
+    values = "; ".join(f"{name}: " + ", ".join(f"{pair} " + ", ".join(f"{k} {v:g}" for k, v in vals.items())
+                                              for pair, vals in setting["values"].items())
+                       for name, setting in s["settings"].items())
+    shown = table.rename(columns={"x1": "as assumed"}).assign(
+        statement=statements.set_index("key").loc[table.index, "statement"]).reset_index(drop=True)
+    shown = shown[["statement", *[col for col in shown.columns if col != "statement"]]]
+    named = [f"{statements.set_index('key').loc[k, 'source']} ({statements.set_index('key').loc[k, 'statement']}): "
+             f"{table.loc[k, 'x1']} as assumed, " + ", ".join(f"{table.loc[k, n]} at {n}" for n in names)
+             for k, names in moves.items() if names]
+    return [f"Sensitivity (SIMULATED, stage sim_sensitivity): the GPU presets' assumed constants, scaled one at a "
+            f"time, on the grid's {', '.join(map(str, s['gpus']))}-GPU points, each verdict by the rules above "
+            f"(its column 'as assumed': the same points of the main grid). Settings: {values}.",
+            shown.to_markdown(index=False),
+            ("Verdicts that move within these factors: " + "; ".join(named) + "." if named else
+             "No verdict moves within these factors.")]
 
 
 def table_of(c: dict, capacity: pd.DataFrame, cells: pd.DataFrame) -> list[str]:
@@ -121,6 +173,7 @@ def disagg_section(outputs: Path) -> list[str]:
             f"Ours agree with {len(agree)} of {len(v)} statements; "
             + ("; ".join(f"{r.source} ({r.statement}): {r.verdict}" for r in other.itertuples()) or "none differ")
             + ". What drives them:", *drivers(winners, cells, c),
+            *sensitivity_lines(outputs, c, v),
             "These are one cost model's predictions for a plausible device (no contention on the link, models that "
             "fit one GPU, no tensor parallelism), not measurements of a GPU cluster.",
             *maps]

@@ -31,33 +31,7 @@ from chunklab.experiments.simulate import judged_under, simulate, simulate_many
 from chunklab.experiments.slo import with_gap_target
 from chunklab.model.sizes import kv_bytes_per_token, num_parameters
 from chunklab.stages.common import arguments, read_section, write_json
-from chunklab.stages.typed_yaml import Section
-
-
-@Section
-class SimDisaggParams:
-    pairs: list[tuple[str, str, float]]  # (model, hardware, SLO scale: each SLO set's seconds x this)
-    gpus: list[int]  # N: colocated N replicas against every xP/yD split with x + y = N
-    workloads: list[str]
-    trace_workloads: list[str]
-    num_requests: int  # per run on min(gpus) GPUs; N GPUs run N / min(gpus) x as many (a trace: its first rows)
-    seed: int
-    slos: list[str]  # conf/slo/ sets, each judged on every run
-    capacity_slo: str  # one of slos: single-GPU capacity is the rate with >= target of requests within it
-    target: float
-    capacity_rel_tol: float
-    loads: list[float]  # x N x the single-GPU capacity
-    verdict_loads: list[float]  # the loads the regime verdicts read (around capacity)
-    throughput_load: float  # one of loads, high enough to saturate every topology: the throughput verdict
-    budgets: list[int]  # the colocated replicas' budget, tuned per point (the best of these)
-    colocated_policies: list[str]  # budget policies (engine/policies/) the colocated replicas also run, one run
-    # per SLO set (the policy's gap target is that set's), judged under that set only
-    prefill_budget: int  # the prefill pool's budget (whole prompts)
-    links: list[str]  # conf/link/ presets for the KV transfer
-    router: str  # conf/router/: arrivals and hand-offs
-    tie_margin: float  # a winner by less than this share is a tie (a modelling margin, not noise)
-    processes: int
-    overrides: list[str]
+from chunklab.stages.shared_params import SimDisaggParams
 
 
 MIN_COLOCATED_SHARE = 0.1  # a gain is read only where colocation still serves this share within SLO:
@@ -87,10 +61,11 @@ def requests_per_run(p: SimDisaggParams, gpus: int) -> int:
 
 
 def base_config(model: str, hardware: str, workload: str, p: SimDisaggParams, topology: tuple[str, ...],
-                num_requests: int) -> RunConfig:
+                num_requests: int, pair_overrides: tuple[str, ...] = ()) -> RunConfig:
     return compose_run_config(["engine=simulated", "tracking=none", f"model={model}", f"hardware={hardware}",
                                f"workload={workload}", f"workload.num_requests={num_requests}",
-                               f"workload.seed={p.seed}", f"router={p.router}", *topology, *p.overrides])
+                               f"workload.seed={p.seed}", f"router={p.router}", *topology, *p.overrides,
+                               *pair_overrides])
 
 
 def single_capacity(job: tuple[RunConfig, SimDisaggParams]) -> dict:
@@ -136,7 +111,10 @@ def configure(colocated: RunConfig, split: dict[str, RunConfig], n: int, t: dict
         cfg.topology, prefill=t["prefill"], decode=t["decode"], prefill_budget=t["budget"]))
 
 
-def run(p: SimDisaggParams, out_dir: Path) -> None:
+def run(p: SimDisaggParams, out_dir: Path, pair_overrides: dict[tuple[str, str], tuple[str, ...]] | None = None) -> None:
+    """pair_overrides: Hydra overrides of one (model, hardware) pair's every run (stage sim_sensitivity
+    scales a preset's assumed constants this way)."""
+    extra = pair_overrides or {}
     if p.capacity_slo not in p.slos:
         raise SystemExit(f"sim_disagg.capacity_slo={p.capacity_slo}: must be one of sim_disagg.slos {p.slos}")
     if p.throughput_load not in p.loads or not set(p.verdict_loads) <= set(p.loads):
@@ -144,7 +122,8 @@ def run(p: SimDisaggParams, out_dir: Path) -> None:
                          f"must be among loads {p.loads}")
     out_dir.mkdir(parents=True, exist_ok=True)
     cases = list(itertools.product(p.pairs, p.workloads))
-    bases = {(m, h, w): base_config(m, h, w, p, ("topology=replicas",), p.num_requests) for (m, h, _), w in cases}
+    bases = {(m, h, w): base_config(m, h, w, p, ("topology=replicas",), p.num_requests, extra.get((m, h), ()))
+             for (m, h, _), w in cases}
     slos = {(m, h): slo_sets(p, m, h, scale) for m, h, scale in p.pairs}
     jobs = [(dataclasses.replace(configure(bases[m, h, w], {}, 1, topologies(p, 1)[0]), slo=slos[m, h][p.capacity_slo]),
              p) for (m, h, _), w in cases]
@@ -161,8 +140,9 @@ def run(p: SimDisaggParams, out_dir: Path) -> None:
     for ((m, h, _), w), cap in zip(cases, caps):
         for n in p.gpus:
             count = requests_per_run(p, n)
-            colocated = base_config(m, h, w, p, ("topology=replicas",), count)
-            split = {link: base_config(m, h, w, p, ("topology=disaggregated", f"link={link}"), count)
+            colocated = base_config(m, h, w, p, ("topology=replicas",), count, extra.get((m, h), ()))
+            split = {link: base_config(m, h, w, p, ("topology=disaggregated", f"link={link}"), count,
+                                       extra.get((m, h), ()))
                      for link in p.links}
             trace_rate = natural_rate(colocated.workload, colocated.model) if colocated.workload.kind == "trace" else None
             for load in p.loads:
