@@ -40,8 +40,9 @@ def sensitivity(outputs: Path, c: dict) -> tuple[pd.DataFrame, dict] | None:
                              capacity, c)}
     for name in s["settings"]:
         loaded = load(outputs, SENSITIVITY + (name,))
-        if loaded is not None:
-            columns[name] = decided(*loaded[:3], c)
+        if loaded is None:
+            raise SystemExit(f"report: {root / name} has no winners.csv: rerun `dvc repro sim_sensitivity`")
+        columns[name] = decided(*loaded[:3], c)
     return pd.DataFrame(columns), s
 
 
@@ -65,12 +66,21 @@ def sensitivity_lines(outputs: Path, c: dict, statements: pd.DataFrame) -> list[
     named = [f"{statements.set_index('key').loc[k, 'source']} ({statements.set_index('key').loc[k, 'statement']}): "
              f"{table.loc[k, 'x1']} as assumed, " + ", ".join(f"{table.loc[k, n]} at {n}" for n in names)
              for k, names in moves.items() if names]
+    headline = statements.set_index("key")["verdict"]
+    differ = [f"{statements.set_index('key').loc[k, 'source']} ({statements.set_index('key').loc[k, 'statement']}): "
+              f"{headline[k]} on every GPU count, {table.loc[k, 'x1']} on these" for k in table.index
+              if headline[k] != table.loc[k, "x1"]]
     return [f"Sensitivity (SIMULATED, stage sim_sensitivity): the GPU presets' assumed constants, scaled one at a "
             f"time, on the grid's {', '.join(map(str, s['gpus']))}-GPU points, each verdict by the rules above "
-            f"(its column 'as assumed': the same points of the main grid). Settings: {values}.",
+            f"(its column 'as assumed': the same points of the main grid). Each setting searches its own "
+            f"single-GPU capacity, so its loads are of that capacity and its rates differ from the main grid's. "
+            f"'within margin' also stands for a statement the grid cannot decide (DistServe's 7.4x, past what "
+            f"the loads span): a verdict that stays there is not shown robust. Settings: {values}.",
             shown.to_markdown(index=False),
             ("Verdicts that move within these factors: " + "; ".join(named) + "." if named else
-             "No verdict moves within these factors.")]
+             "No verdict moves within these factors."),
+            *([f"On these GPU counts alone some verdicts differ from the table above: {'; '.join(differ)}."]
+              if differ else [])]
 
 
 def table_of(c: dict, capacity: pd.DataFrame, cells: pd.DataFrame) -> list[str]:

@@ -102,7 +102,8 @@ def configure(colocated: RunConfig, split: dict[str, RunConfig], n: int, t: dict
     if t["topology"] == COLOCATED:
         cfg = colocated
         cfg = dataclasses.replace(cfg, topology=dataclasses.replace(cfg.topology, replicas=n))
-        scheduler = dataclasses.replace(cfg.scheduler, budget=t["budget"], budget_policy=t["policy"], gap_target_s=None)
+        scheduler = dataclasses.replace(cfg.scheduler, budget=t["budget"], budget_policy=t["policy"], gap_target_s=None,
+                                        gap_target_kind=None)
         if t["policy_slo"]:
             scheduler = with_gap_target(scheduler, slo_set[t["policy_slo"]])
         return dataclasses.replace(cfg, scheduler=scheduler)

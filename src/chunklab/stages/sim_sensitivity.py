@@ -50,8 +50,10 @@ def scaled_overrides(model: str, hardware: str, fields: list[str], factor: float
 
 
 def run(p: SimSensitivityParams, disagg: SimDisaggParams, out_dir: Path) -> None:
-    if not set(p.gpus) <= set(disagg.gpus):
-        raise SystemExit(f"sim_sensitivity.gpus={p.gpus}: must be among sim_disagg.gpus {disagg.gpus}")
+    if not set(p.gpus) <= set(disagg.gpus) or min(p.gpus) != min(disagg.gpus):
+        # a run's requests scale from the grid's smallest N: the same smallest N, the same runs as the main grid's
+        raise SystemExit(f"sim_sensitivity.gpus={p.gpus}: must be among sim_disagg.gpus {disagg.gpus}, "
+                         f"its smallest among them")
     unknown = [f for fields in p.knobs.values() for f in fields
                if f not in {x.name for x in dataclasses.fields(type(compose_run_config([]).hardware.efficiency))}]
     if unknown:
