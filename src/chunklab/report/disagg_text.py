@@ -60,16 +60,17 @@ def sensitivity_lines(outputs: Path, c: dict, statements: pd.DataFrame) -> list[
     values = "; ".join(f"{name}: " + ", ".join(f"{pair} " + ", ".join(f"{k} {v:g}" for k, v in vals.items())
                                               for pair, vals in setting["values"].items())
                        for name, setting in s["settings"].items())
+    by_key = statements.set_index("key")
     shown = table.rename(columns={"x1": "as assumed"}).assign(
-        statement=statements.set_index("key").loc[table.index, "statement"]).reset_index(drop=True)
+        statement=by_key.loc[table.index, "statement"]).reset_index(drop=True)
     shown = shown[["statement", *[col for col in shown.columns if col != "statement"]]]
-    named = [f"{statements.set_index('key').loc[k, 'source']} ({statements.set_index('key').loc[k, 'statement']}): "
-             f"{table.loc[k, 'x1']} as assumed, " + ", ".join(f"{table.loc[k, n]} at {n}" for n in names)
-             for k, names in moves.items() if names]
-    headline = statements.set_index("key")["verdict"]
-    differ = [f"{statements.set_index('key').loc[k, 'source']} ({statements.set_index('key').loc[k, 'statement']}): "
-              f"{headline[k]} on every GPU count, {table.loc[k, 'x1']} on these" for k in table.index
-              if headline[k] != table.loc[k, "x1"]]
+
+    def named(k: str) -> str:
+        return f"{by_key.loc[k, 'source']} ({by_key.loc[k, 'statement']})"
+    moving = [f"{named(k)}: {table.loc[k, 'x1']} as assumed, " + ", ".join(f"{table.loc[k, n]} at {n}" for n in names)
+              for k, names in moves.items() if names]
+    differ = [f"{named(k)}: {by_key.loc[k, 'verdict']} on every GPU count, {table.loc[k, 'x1']} on these"
+              for k in table.index if by_key.loc[k, "verdict"] != table.loc[k, "x1"]]
     return [f"Sensitivity (SIMULATED, stage sim_sensitivity): the GPU presets' assumed constants, scaled one at a "
             f"time, on the grid's {', '.join(map(str, s['gpus']))}-GPU points, each verdict by the rules above "
             f"(its column 'as assumed': the same points of the main grid). Each setting searches its own "
@@ -77,7 +78,7 @@ def sensitivity_lines(outputs: Path, c: dict, statements: pd.DataFrame) -> list[
             f"'within margin' also stands for a statement the grid cannot decide (DistServe's 7.4x, past what "
             f"the loads span): a verdict that stays there is not shown robust. Settings: {values}.",
             shown.to_markdown(index=False),
-            ("Verdicts that move within these factors: " + "; ".join(named) + "." if named else
+            ("Verdicts that move within these factors: " + "; ".join(moving) + "." if moving else
              "No verdict moves within these factors."),
             *([f"On these GPU counts alone some verdicts differ from the table above: {'; '.join(differ)}."]
               if differ else [])]
