@@ -23,7 +23,7 @@ from chunklab.app import run_tracked
 from chunklab.experiments.shm_link import LinkFit, fit_link, link_preset
 from chunklab.topology.ledger import FINISHED, LOST, PENDING, REJECTED, Ledger, LedgerError
 from chunklab.topology.measured import MeasuredCluster, available_cores
-from chunklab.topology.remote import SEGMENT_PREFIX, InstanceDied
+from chunklab.topology.remote import SEGMENT_PREFIX, InstanceDied, segment_name, unlink_segment
 from chunklab.topology.phases import PHASES, phase_seconds
 from chunklab.topology.worker import worker_main
 from chunklab.config import ChunklabError
@@ -148,6 +148,18 @@ def test_a_run_ended_before_every_instance_is_ready_leaves_no_shared_memory_segm
     if how == "killed":
         assert str(run.result.error).startswith("instance prefill0 (pid ") and "exit code -9" in str(run.result.error)
     assert not os.path.exists(path)  # (other runs' segments may be live: tests run in parallel)
+
+
+@DEV_SHM
+@pytest.mark.parametrize("size_bytes", [0, 4096])
+def test_a_segment_is_unlinked_sized_or_empty(size_bytes):
+    """Empty is what an instance killed between creating its segment and sizing it leaves behind."""
+    name = segment_name()
+    fd = os.open("/dev/shm/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    os.ftruncate(fd, size_bytes)
+    os.close(fd)
+    assert unlink_segment(name) and not os.path.exists("/dev/shm/" + name)
+    assert not unlink_segment(name)
 
 
 @DEV_SHM

@@ -47,8 +47,11 @@ def unlink_segment(name: str) -> bool:
         seg = shared_memory.SharedMemory(name=name)
     except FileNotFoundError:
         return False
+    except ValueError:  # empty: its instance died between creating and sizing it, before any process
+        shared_memory._posixshmem.shm_unlink("/" + name)  # mapped or registered it, so by name alone
+        return True
     seg.close()
-    seg.unlink()
+    seg.unlink()  # (and tells the resource tracker, which registered the mapped segment)
     return True
 
 
