@@ -8,10 +8,11 @@ searched:
 - simulated on the same seeds, bisected to sim_rel_tol (exact; every simulated search runs first, in parallel);
 - measured by bisection to rel_tol, each probe one real run per seed of the same requests: a first
   probe at the simulated capacity with every step scaled by the speed sentinel's reading before it
-  (the machine as it runs now); the simulated curve read against that probe's share within the SLO
-  (experiments/capacity.rate_factor) moves the start to where it puts the measured capacity; from a
-  bracket of hi / lo = 1 + rel_tol there, widened by steps of `widen`, each further step the square of
-  the last, until it holds the capacity. Where the corrected start is right, three probes decide it;
+  (the machine as it runs now). Its share within the SLO within `near` of the target: the bracket of
+  hi / lo = 1 + rel_tol starts at that probe (start_bracket). Farther: the simulated curve read against
+  that share (experiments/capacity.rate_factor) moves the bracket to where it puts the measured
+  capacity. The bracket widens by steps of `widen`, each further step the square of the last, until
+  it holds the capacity. Where the start is right, two probes decide it (three after a correction);
 - simulated again for each of `sim_seeds` alone (the spread over arrival draws that a few measured
   seeds cannot show), and at steady_requests requests pooled over two seeds (how far a run of
   num_requests is from steady state).
@@ -51,6 +52,7 @@ class CapacityParams:
     steady_requests: int
     target: float
     rel_tol: float
+    near: float  # the first probe's share within the SLO this close to target: the bracket starts at the probe
     widen: float
     sim_rel_tol: float
     processes: int  # simulated searches in parallel (before any measured probe)
@@ -81,6 +83,32 @@ def simulated_search(job: tuple) -> capacity.Capacity:
     """(cfg, seeds, target, rel_tol): the simulated capacity (a worker of simulate_many)."""
     cfg, seeds, target, rel_tol = job
     return capacity.search(cfg, list(seeds), target, rel_tol, processes=1, start=(1.0, 16.0))
+
+
+def start_bracket(first: dict, target: float, near: float, rel_tol: float, factor) -> tuple[float, float]:
+    """The measured search's first bracket (hi / lo = 1 + rel_tol) from `first`, one probe at the simulated
+    capacity. Its share within the SLO within `near` of target: the probe is the bracket's end, its low
+    one if it passed, its high one if not (the curve is flattest there: a share that close cannot tell the
+    simulator's error from a repeat's noise, so reading the curve against it would move the start by
+    noise). Farther: centred on the probe's rate / factor() (rate_factor: where the simulated curve read
+    against that share puts the measured capacity; None, uncorrected)."""
+    rate, share, width = first["rate_per_s"], first["slo_attainment"], 1 + rel_tol
+    if abs(share - target) <= near:
+        return (rate, rate * width) if share >= target else (rate / width, rate)
+    centre = rate / (factor() or 1.0)
+    return centre / math.sqrt(width), centre * math.sqrt(width)
+
+
+def measured_search(measure, start: float, p: CapacityParams, factor) -> capacity.Capacity:
+    """The measured capacity: a first probe at `start` (the simulated capacity), the bracket start_bracket
+    gives, then capacity.bisect. factor(share) -> rate_factor of the first probe's share."""
+    first = measure(start)
+    bracket = start_bracket(first, p.target, p.near, p.rel_tol, lambda: factor(first["slo_attainment"]))
+    found = capacity.bisect(lambda rate: first if rate == first["rate_per_s"] else measure(rate), p.target, bracket,
+                            p.rel_tol, widen=p.widen, grow=True)  # (the rate a probe ran at: measure rounds it)
+    if all(probe is not first for probe in found.probes):  # a search away from it: it narrows where it falls inside
+        found = with_probe(found, first, p.target)
+    return found
 
 
 def with_probe(found: capacity.Capacity, probe: dict, target: float) -> capacity.Capacity:
@@ -155,16 +183,10 @@ def run(p: CapacityParams, profile: Path, out_dir: Path, table_path: Path) -> No
                        "sentinel_ratio": geometric_mean(cell_readings[-2:])})
 
         start = simulated(cell_readings[0]).rate_req_per_s
-        half = math.sqrt(1 + p.rel_tol)
-        if start > 0:  # one probe at the simulated capacity, then a bracket where the simulated curve puts it
-            first = measure(start)
+        if start > 0:  # one probe at the simulated capacity, then a bracket at it or where the simulated curve puts it
             scaled = sim_cfg(budget, slo, cell_readings[0])
-            factor = capacity.rate_factor(first["slo_attainment"], lambda rate: capacity.probe(
-                scaled, rate, p.seeds, p.processes)["slo_attainment"], start)
-            centre = start / factor if factor else start
-            real = capacity.bisect(measure, p.target, (centre / half, centre * half), p.rel_tol, widen=p.widen,
-                                   grow=True)
-            real = with_probe(real, first, p.target)
+            real = measured_search(measure, start, p, lambda share: capacity.rate_factor(
+                share, lambda rate: capacity.probe(scaled, rate, p.seeds, p.processes)["slo_attainment"], start))
         else:  # the simulation serves no rate within this SLO: halving from 1 req/s finds whether the machine does
             real = capacity.bisect(measure, p.target, (1.0, 1.0 + p.rel_tol), p.rel_tol, widen=2.0, grow=True)
         readings.extend(cell_readings)
@@ -214,8 +236,9 @@ def markdown(p: CapacityParams, table: pd.DataFrame, slo_text: dict[str, str], p
         "Every other budget and SLO is measured by the fidelity stage's grid (five seeds at three loads, every "
         "run scored under each SLO): the report's capacity table. "
         f"Measured by bisection to {p.rel_tol:.0%}: a first probe at the simulated capacity (at the speed the "
-        "sentinel read before it), the simulated curve read against that probe's share within the SLO to place "
-        f"the start, a bracket of {1 + p.rel_tol:.2f} there widened by {p.widen:g}, then each step its square, "
+        f"sentinel read before it); a bracket of {1 + p.rel_tol:.2f} starting at that probe where its share within "
+        f"the SLO is within {p.near:.0%} of {p.target:.0%}, else where the simulated curve read against that share "
+        f"puts the capacity; widened by {p.widen:g}, then each step its square, "
         f"until it holds the capacity; capacity lies between the measured columns. Simulated with "
         f"this machine's profile ({profile}), bisected to {p.sim_rel_tol:.1%}. Every probe: "
         "outputs/capacity/probes.csv.",
