@@ -31,3 +31,28 @@ def test_a_fixed_budget_that_ties_everywhere_too_is_not_beaten():
     v = verdict(standing(caps({"h100": {"budget 512": 10.0, "slo_adaptive": 10.0},
                                "a100": {"budget 512": 4.0, "slo_adaptive": 4.0}}), 0.02))
     assert v["coverage_met"] and not v["more_than_any_fixed"]
+
+
+def test_an_arm_below_its_floor_is_neither_best_nor_tied_and_its_bound_is_named():
+    c = caps({"h100": {"budget 512": 8.0, "budget 2048": 10.0, "budget 8192": float("nan"), "slo_adaptive": float("nan")}})
+    c["below_req_per_s"] = [float("nan"), float("nan"), 4.0, 4.0]
+    stand = standing(c, 0.02)
+    assert list(stand["best_fixed"].unique()) == ["budget 2048"] and stand["ties_or_wins"].tolist() == [False, True, False, False]
+    v = verdict(stand)
+    assert v["share"] == 0.0 and v["loses_at"] == ["m on h100, w (< 0.400x budget 2048)"]
+
+
+def test_a_floor_above_the_capacity_ends_the_search_and_one_below_it_changes_nothing():
+    """Real simulated runs (Llama-3-8B on H100, 40 requests): the floor only ever spends one probe."""
+    from chunklab.experiments.compose import compose_run_config
+    from chunklab.stages.sim_policy_production import cell_capacity
+    cfg = compose_run_config(["engine=simulated", "tracking=none", "model=llama3_8b", "hardware=h100",
+                              "workload=ch10_production", "workload.num_requests=40", "slo=production"])
+    key = {"arm": "budget 512"}
+    free = cell_capacity((key, cfg, [1], 0.9, 0.05, None))
+    assert free["capacity_req_per_s"] > 0 and free["below_req_per_s"] != free["below_req_per_s"]
+    under = cell_capacity((key, cfg, [1], 0.9, 0.05, free["capacity_req_per_s"] / 2))
+    assert under["capacity_req_per_s"] == free["capacity_req_per_s"] and under["probes"] == free["probes"] + 1
+    over = cell_capacity((key, cfg, [1], 0.9, 0.05, free["capacity_req_per_s"] * 4))
+    assert over["probes"] == 1 and over["below_req_per_s"] == free["capacity_req_per_s"] * 4
+    assert over["capacity_req_per_s"] != over["capacity_req_per_s"]

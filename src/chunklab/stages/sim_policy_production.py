@@ -10,6 +10,13 @@ bisection's own tolerance twice over).
 
 The goals (issue 63's): slo_adaptive within `tie` of the best fixed budget at >= 95% of the points,
 and at more points than any single fixed budget.
+
+Searched in two rounds: budget `floor_budget` at every point first; then every other arm, each first
+probed at `floor_share` of that capacity. An arm that fails there is "below" it and searched no
+further: it can be neither the point's best fixed budget (floor_budget serves more) nor within `tie`
+of it, so no verdict depends on how far below it lies, and the long low-rate runs that would bisect
+it are not spent. An arm that passes is searched exactly as without the floor (the same bracket, so
+the same capacity).
 """
 from __future__ import annotations
 
@@ -17,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from chunklab.experiments.capacity import search
+from chunklab.experiments.capacity import natural_rate, probe, search
 from chunklab.experiments.compose import compose_run_config, simulated_conditions
 from chunklab.experiments.simulate import simulate_many
 from chunklab.stages.common import arguments, read_section, write_json, write_text
@@ -41,6 +48,8 @@ class SimPolicyProductionParams:
     target: float
     rel_tol: float
     tie: float  # an arm within this fraction of the best fixed budget's capacity ties it
+    floor_budget: int  # searched first at every point: the other arms' floor is a share of its capacity
+    floor_share: float  # an arm failing at this share of floor_budget's capacity is below it (not searched further)
     processes: int
     overrides: list[str]
 
@@ -52,13 +61,41 @@ def arms(p: SimPolicyProductionParams) -> list[tuple[str, list[str]]]:
 
 
 def cell_capacity(job: tuple) -> dict:
-    """One (model, hardware, workload, arm): its capacity (a worker of simulate_many)."""
-    key, cfg, seeds, target, rel_tol = job
+    """One (model, hardware, workload, arm): its capacity, or NaN and the floor it failed at (below_req_per_s)
+    where floor_req_per_s is given and the arm fails there (a worker of simulate_many)."""
+    key, cfg, seeds, target, rel_tol, floor_req_per_s = job
+    extra = 0
+    if floor_req_per_s is not None:
+        trace_rate = natural_rate(cfg.workload, cfg.model) if cfg.workload.kind == "trace" else None
+        if probe(cfg, floor_req_per_s, seeds, 1, trace_rate)["slo_attainment"] < target:
+            return key | {"capacity_req_per_s": float("nan"), "below_req_per_s": floor_req_per_s, "probes": 1}
+        extra = 1
     found = search(cfg, seeds, target, rel_tol, processes=1)
-    return key | {"capacity_req_per_s": found.lo_req_per_s, "probes": len(found.probes)}
+    return key | {"capacity_req_per_s": found.lo_req_per_s, "below_req_per_s": float("nan"),
+                  "probes": len(found.probes) + extra}
+
+
+def searched(p: SimPolicyProductionParams) -> list[dict]:
+    """Every job's cell_capacity, in jobs' order: floor_budget's first, then the others above their floor."""
+    every = jobs(p)
+    first = [k for k, job in enumerate(every) if job[0]["arm"] == f"budget {p.floor_budget}"]
+    found = dict(zip(first, simulate_many([every[k] for k in first], p.processes, fn=cell_capacity,
+                                          label="sim_policy_production")))
+    floor = {point_of(found[k]): found[k]["capacity_req_per_s"] * p.floor_share for k in first}
+    rest = [k for k in range(len(every)) if k not in found]
+    found |= dict(zip(rest, simulate_many([every[k][:-1] + (floor[point_of(every[k][0])],) for k in rest], p.processes,
+                                          fn=cell_capacity, label="sim_policy_production")))
+    return [found[k] for k in range(len(every))]
+
+
+def point_of(row: dict) -> tuple[str, str, str]:
+    return row["model"], row["hardware"], row["workload"]
 
 
 def jobs(p: SimPolicyProductionParams) -> list[tuple]:
+    """(key, cfg, seeds, target, rel_tol, floor_req_per_s=None) of every point and arm."""
+    if p.floor_budget not in p.budgets:
+        raise SystemExit(f"sim_policy_production: floor_budget {p.floor_budget} must be one of budgets {p.budgets}")
     out = []
     for model, hardware in p.pairs:
         for workload in p.workloads:
@@ -68,7 +105,7 @@ def jobs(p: SimPolicyProductionParams) -> list[tuple]:
                                           f"workload={workload}", f"workload.num_requests={size}", f"slo={p.slo}",
                                           *overrides, *p.overrides])
                 out.append(({"model": model, "hardware": hardware, "workload": workload, "arm": arm}, cfg, p.seeds,
-                            p.target, p.rel_tol))
+                            p.target, p.rel_tol, None))
     return out
 
 
@@ -80,10 +117,11 @@ def standing(caps: pd.DataFrame, tie: float) -> pd.DataFrame:
         best = fixed.loc[fixed["capacity_req_per_s"].idxmax()]
         for r in g.itertuples():
             ratio = r.capacity_req_per_s / best["capacity_req_per_s"] if best["capacity_req_per_s"] > 0 else float("nan")
+            below = getattr(r, "below_req_per_s", float("nan"))  # NaN capacity: below this floor (ratio: under it)
             rows.append(dict(zip(("model", "hardware", "workload"), key)) | {
-                "arm": r.arm, "capacity_req_per_s": r.capacity_req_per_s, "best_fixed": best["arm"],
-                "best_fixed_req_per_s": best["capacity_req_per_s"], "vs_best_fixed": ratio,
-                "ties_or_wins": bool(ratio >= 1 - tie)})
+                "arm": r.arm, "capacity_req_per_s": r.capacity_req_per_s, "below_req_per_s": below,
+                "best_fixed": best["arm"], "best_fixed_req_per_s": best["capacity_req_per_s"], "vs_best_fixed": ratio,
+                "below_vs_best_fixed": below / best["capacity_req_per_s"], "ties_or_wins": bool(ratio >= 1 - tie)})
     return pd.DataFrame(rows)
 
 
@@ -96,8 +134,13 @@ def verdict(stand: pd.DataFrame) -> dict:
     lost = stand[(stand["arm"] == DECIDING) & ~stand["ties_or_wins"]]
     return {"points": points, "share": mine / points, "coverage_met": mine / points >= COVERAGE_GOAL,
             "more_than_any_fixed": mine > most_fixed, "ties_or_wins": {a: int(n) for a, n in counts.items()},
-            "loses_at": [f"{r.model} on {r.hardware}, {r.workload} ({r.vs_best_fixed:.3f}x {r.best_fixed})"
+            "loses_at": [f"{r.model} on {r.hardware}, {r.workload} ({shown_ratio(r)} {r.best_fixed})"
                          for r in lost.itertuples()]}
+
+
+def shown_ratio(r) -> str:
+    """An arm's capacity over the best fixed budget's, or the bound of one below its floor."""
+    return f"{r.vs_best_fixed:.3f}x" if r.vs_best_fixed == r.vs_best_fixed else f"< {r.below_vs_best_fixed:.3f}x"
 
 
 def verdict_text(v: dict, tie: float) -> str:
@@ -111,7 +154,7 @@ def verdict_text(v: dict, tie: float) -> str:
 
 def run(p: SimPolicyProductionParams, out_dir: Path, table_path: Path) -> None:
     """Writes out_dir (capacity.csv, metrics.json) and the table."""
-    caps = pd.DataFrame(simulate_many(jobs(p), p.processes, fn=cell_capacity, label="sim_policy_production"))
+    caps = pd.DataFrame(searched(p))
     stand = standing(caps, p.tie)
     out_dir.mkdir(parents=True, exist_ok=True)
     stand.merge(caps[["model", "hardware", "workload", "arm", "probes"]]).to_csv(
@@ -121,19 +164,23 @@ def run(p: SimPolicyProductionParams, out_dir: Path, table_path: Path) -> None:
         "slo_adaptive_share_within_tie": round(v["share"], 4), "coverage_met": int(v["coverage_met"]),
         "more_than_any_fixed": int(v["more_than_any_fixed"]),
         "ties_or_wins": {a.replace("budget ", "b"): n for a, n in v["ties_or_wins"].items()}}})
-    wide = stand.pivot_table(index=["model", "hardware", "workload"], columns="arm", values="capacity_req_per_s",
-                             sort=False)
-    wide = wide[[a for a, _ in arms(p)]]
+    shown = stand.assign(shown=[f"{c:.2f}" if c == c else f"< {b:.2f}"
+                                for c, b in zip(stand["capacity_req_per_s"], stand["below_req_per_s"])])
+    wide = shown.pivot(index=["model", "hardware", "workload"], columns="arm", values="shown")
+    points = stand[["model", "hardware", "workload"]].drop_duplicates()
+    wide = wide.loc[list(points.itertuples(index=False, name=None)), [a for a, _ in arms(p)]]
     best = stand.groupby(["model", "hardware", "workload"], sort=False)["best_fixed"].first()
-    mine = stand[stand["arm"] == DECIDING].set_index(["model", "hardware", "workload"])["vs_best_fixed"]
-    table = wide.map("{:.2f}".format).assign(**{"best fixed": best, f"{DECIDING} / best": mine.map("{:.3f}".format)})
+    mine = stand[stand["arm"] == DECIDING].set_index(["model", "hardware", "workload"])
+    table = wide.assign(**{"best fixed": best, f"{DECIDING} / best": [shown_ratio(r).rstrip("x") for r in
+                                                                      mine.itertuples()]})
     write_text(table_path, "\n\n".join([
         "### Budget policies at production scale (simulated)",
         f"SIMULATED with the roofline cost model of each GPU preset. Capacity (req/s) under `slo={p.slo}`: the highest "
         f"rate with >= {p.target:.0%} of the requests within it ({p.num_requests} requests a synthetic mix, seed "
         f"{', '.join(map(str, p.seeds))}; the first {p.trace_rows} rows of a trace), bisected to {p.rel_tol:.0%}. The "
         f"policies are capped at budget {max(p.budgets)}. An arm ties or wins at a point within {p.tie:.0%} of the best "
-        "fixed budget's capacity there.",
+        f"fixed budget's capacity there. `< x`: the arm fails at x, {p.floor_share:.0%} of budget {p.floor_budget}'s "
+        "capacity, and is searched no further (it can neither be the best fixed budget nor tie it).",
         table.reset_index().to_markdown(index=False),
         verdict_text(v, p.tie),
         "Conditions: " + "; ".join(f"{model} on {hardware}: "
