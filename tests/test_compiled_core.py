@@ -46,3 +46,30 @@ def test_a_build_of_other_sources_is_never_loaded(tmp_path, monkeypatch):
 def test_the_switch_turns_the_build_off(monkeypatch):
     monkeypatch.setenv(compiled_core.ENV_SWITCH, "0")
     assert compiled_core.install() is False
+
+
+@pytest.fixture
+def source_copy(tmp_path, monkeypatch):
+    """A copy of the chunklab package that compiled_core reads as its sources."""
+    import shutil
+    copy = tmp_path / "chunklab"
+    shutil.copytree(compiled_core.SRC, copy, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    monkeypatch.setattr(compiled_core, "SRC", copy)
+    return copy
+
+
+def test_the_digest_follows_what_the_compiled_modules_import_and_nothing_else(source_copy):
+    before = compiled_core.digest()
+    assert source_copy / "config.py" in compiled_core.sources()  # imported by the scheduler, not compiled
+    with open(source_copy / "report" / "__init__.py", "a") as f:  # nothing compiled imports the report
+        f.write("\n# an edit\n")
+    assert compiled_core.digest() == before
+    with open(source_copy / "config.py", "a") as f:
+        f.write("\n# an edit\n")
+    assert compiled_core.digest() != before
+
+
+def test_a_build_missing_a_module_loads_that_module_interpreted(tmp_path):
+    finder = compiled_core._Finder(tmp_path)  # an empty build folder
+    assert finder.find_spec(compiled_core.module_name(compiled_core.MODULES[0])) is None
+    assert finder.find_spec("chunklab.config") is None  # never compiled

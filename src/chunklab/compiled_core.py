@@ -13,13 +13,16 @@ about 0.6x the time with the same results to the last digit (tests/test_compiled
             runs interpreted (never a stale build) until the next build
     off     CHUNKLAB_COMPILED=0 runs every module interpreted (profiling, debugging)
 
-The digest covers the modules' bytes and the Python ABI. Which core a process runs is
+The digest covers the bytes of the modules and of every chunklab module they import, transitively
+(mypyc bakes what it inferred from those into the build: a changed config field must not run a
+build that checks its old type), and the Python ABI. Which core a process runs is
 `core_kind()`: the profile fingerprint names it, since a measured step's overhead depends on it.
 A module joins MODULES only if mypyc compiles it as it stands and the tests pass compiled:
 mypyc enforces annotations at run time and its classes take no new attributes.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -43,11 +46,50 @@ def module_name(rel: str) -> str:
     return "chunklab." + rel.removesuffix(".py").replace("/", ".")
 
 
+def _imported(path: Path, tree: ast.Module) -> list[Path]:
+    """The chunklab source files `path` imports (absolute and relative imports; a package's __init__)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level:  # relative: from its own package
+            package = path.parent
+            for _ in range(node.level - 1):
+                package = package.parent
+            base = ".".join(("chunklab", *package.relative_to(SRC).parts, *([node.module] if node.module else [])))
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] != "chunklab":
+                continue
+            for file in (SRC.joinpath(*parts[1:], "__init__.py"), SRC.joinpath(*parts[1:]).with_suffix(".py")
+                         if len(parts) > 1 else SRC / "__init__.py"):
+                if file.is_file():
+                    found.append(file)
+    return found
+
+
+def sources() -> list[Path]:
+    """MODULES and every chunklab module they import, transitively: what a build's behaviour depends on."""
+    seen: set[Path] = set()
+    todo = [SRC / rel for rel in MODULES]
+    while todo:
+        path = todo.pop()
+        if path not in seen:
+            seen.add(path)
+            todo.extend(_imported(path, ast.parse(path.read_bytes())))
+    return sorted(seen)
+
+
 def digest() -> str:
-    """The sources of MODULES and the interpreter ABI their build is for."""
+    """The sources a build depends on and the interpreter ABI it is for."""
     h = hashlib.sha256(f"{sys.implementation.cache_tag}|{EXT_SUFFIX}".encode())
-    for rel in MODULES:
-        h.update(rel.encode() + (SRC / rel).read_bytes())
+    for path in sources():
+        h.update(str(path.relative_to(SRC)).encode() + path.read_bytes())
     return h.hexdigest()[:12]
 
 
@@ -72,7 +114,7 @@ class _Finder:
 
     def find_spec(self, fullname, path=None, target=None):
         file = self.files.get(fullname)
-        if file is None:
+        if file is None or not file.is_file():  # a build missing a file: that module runs interpreted
             return None
         loader = importlib.machinery.ExtensionFileLoader(fullname, str(file))
         return importlib.util.spec_from_file_location(fullname, file, loader=loader)
@@ -112,15 +154,17 @@ def build() -> str:
                   f"target_dir={str(Path(tmp) / 'c')!r}), script_args=['-q', 'build_ext', '--build-lib', {str(Path(tmp) / 'lib')!r}, '--build-temp', {str(Path(tmp) / 'tmp')!r}])")
         done = subprocess.run([sys.executable, "-c", script, *(f"chunklab/{rel}" for rel in MODULES)],
                               cwd=SRC.parent, capture_output=True, text=True)
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            return f"compiled core: mypyc failed ({last}); the core runs interpreted"
+        if done.returncode != 0:  # mypy's type errors go to stdout, the compiler's to stderr
+            lines = (done.stdout + "\n" + done.stderr).strip().splitlines() or ["no output"]
+            first_error = next((line for line in lines if "error:" in line), lines[-1])
+            return f"compiled core: mypyc failed ({first_error.strip()}); the core runs interpreted"
         (Path(tmp) / "lib" / "complete").write_text(digest() + "\n")
         try:
             os.rename(Path(tmp) / "lib", target)  # atomic: a concurrent build of the same digest wins once
         except OSError:
             pass
-    for old in target.parent.iterdir():  # builds of earlier sources: never loaded again
-        if old.is_dir() and old != target and (old / "complete").is_file():
+    for old in target.parent.iterdir():  # this interpreter's builds of earlier sources: never loaded again
+        if (old.is_dir() and old != target and (old / "complete").is_file()
+                and any(old.glob(f"*__mypyc{EXT_SUFFIX}"))):  # (another Python's builds are its own to keep)
             shutil.rmtree(old, ignore_errors=True)
     return f"compiled core: built {len(MODULES)} modules into {target}"
