@@ -69,7 +69,26 @@ def test_the_digest_follows_what_the_compiled_modules_import_and_nothing_else(so
     assert compiled_core.digest() != before
 
 
-def test_a_build_missing_a_module_loads_that_module_interpreted(tmp_path):
-    finder = compiled_core._Finder(tmp_path)  # an empty build folder
-    assert finder.find_spec(compiled_core.module_name(compiled_core.MODULES[0])) is None
-    assert finder.find_spec("chunklab.config") is None  # never compiled
+def test_a_build_missing_a_module_is_not_loaded_at_all(tmp_path, monkeypatch):
+    """mypyc's modules of one build call each other natively: half a build must not run."""
+    monkeypatch.setenv(compiled_core.ENV_DIR, str(tmp_path))
+    partial = compiled_core.build_path()
+    (partial / "chunklab").mkdir(parents=True)
+    (partial / "complete").write_text(partial.name + "\n")
+    for rel in compiled_core.MODULES[1:]:  # every module's file but the first
+        (partial / "chunklab" / (rel.removesuffix(".py") + compiled_core.EXT_SUFFIX)).parent.mkdir(parents=True, exist_ok=True)
+        (partial / "chunklab" / (rel.removesuffix(".py") + compiled_core.EXT_SUFFIX)).write_bytes(b"")
+    assert compiled_core.install() is False
+
+
+def test_the_digest_names_the_compiled_modules(monkeypatch):
+    before = compiled_core.digest()
+    monkeypatch.setattr(compiled_core, "MODULES", compiled_core.MODULES[1:])  # sequence.py: the scheduler imports it
+    assert compiled_core.digest() != before
+
+
+def test_a_source_that_does_not_parse_loads_no_build_and_the_build_names_it(source_copy):
+    (source_copy / "config.py").write_text("def broken(:\n")
+    assert compiled_core.install() is False
+    line = compiled_core.build()
+    assert line.startswith("compiled core: ") and "config.py:1: " in line and line.endswith("the core runs interpreted")

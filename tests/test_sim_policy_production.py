@@ -56,3 +56,14 @@ def test_a_floor_above_the_capacity_ends_the_search_and_one_below_it_changes_not
     over = cell_capacity((key, cfg, [1], 0.9, 0.05, free["capacity_req_per_s"] * 4))
     assert over["probes"] == 1 and over["below_req_per_s"] == free["capacity_req_per_s"] * 4
     assert over["capacity_req_per_s"] != over["capacity_req_per_s"]
+
+
+def test_a_floor_share_that_could_hide_a_tie_is_refused_in_one_line():
+    import dataclasses
+    from pathlib import Path
+    import pytest
+    from chunklab.stages.common import read_section
+    from chunklab.stages.sim_policy_production import SimPolicyProductionParams, jobs
+    p = read_section(Path(__file__).resolve().parents[1] / "params.yaml", "sim_policy_production", SimPolicyProductionParams)
+    with pytest.raises(SystemExit, match=r"floor_share 0.99 must be in \(0, 1 - tie = 0.98\]"):
+        jobs(dataclasses.replace(p, floor_share=0.99))

@@ -74,20 +74,22 @@ def _imported(path: Path, tree: ast.Module) -> list[Path]:
 
 
 def sources() -> list[Path]:
-    """MODULES and every chunklab module they import, transitively: what a build's behaviour depends on."""
+    """MODULES and every chunklab module they import, transitively: what a build's behaviour depends on.
+    Raises SyntaxError (naming the file) where one does not parse."""
     seen: set[Path] = set()
     todo = [SRC / rel for rel in MODULES]
     while todo:
         path = todo.pop()
         if path not in seen:
             seen.add(path)
-            todo.extend(_imported(path, ast.parse(path.read_bytes())))
+            todo.extend(_imported(path, ast.parse(path.read_bytes(), filename=str(path))))
     return sorted(seen)
 
 
 def digest() -> str:
-    """The sources a build depends on and the interpreter ABI it is for."""
-    h = hashlib.sha256(f"{sys.implementation.cache_tag}|{EXT_SUFFIX}".encode())
+    """Which modules are compiled, the sources they depend on, and the interpreter ABI: a build is for
+    exactly these (one compiled without a module of MODULES, or with one more, is another build)."""
+    h = hashlib.sha256(f"{sys.implementation.cache_tag}|{EXT_SUFFIX}|{'|'.join(MODULES)}".encode())
     for path in sources():
         h.update(str(path.relative_to(SRC)).encode() + path.read_bytes())
     return h.hexdigest()[:12]
@@ -114,7 +116,7 @@ class _Finder:
 
     def find_spec(self, fullname, path=None, target=None):
         file = self.files.get(fullname)
-        if file is None or not file.is_file():  # a build missing a file: that module runs interpreted
+        if file is None:
             return None
         loader = importlib.machinery.ExtensionFileLoader(fullname, str(file))
         return importlib.util.spec_from_file_location(fullname, file, loader=loader)
@@ -123,11 +125,18 @@ class _Finder:
 def install() -> bool:
     """Loads MODULES compiled from now on, where a build of these very sources exists (and the
     switch is on); returns whether it does. Called once, by chunklab/__init__.py."""
-    root = build_path() if enabled() else None
-    if root is None or not (root / "complete").is_file():
+    if not enabled():
+        return False
+    try:
+        root = build_path()
+    except SyntaxError:  # a source that does not parse: its import reports it, as without a build
+        return False
+    finder = _Finder(root)
+    # a build is loaded whole or not at all: mypyc's modules of one build call each other natively
+    if not (root / "complete").is_file() or not all(f.is_file() for f in finder.files.values()):
         return False
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder(root))
+        sys.meta_path.insert(0, finder)
     return True
 
 
@@ -142,7 +151,10 @@ def core_kind() -> str:
 def build() -> str:
     """Builds MODULES into build_path() unless there; returns one line saying what happened. A build
     that fails leaves nothing behind: the interpreted core runs, as it would without mypyc."""
-    target = build_path()
+    try:
+        target = build_path()
+    except SyntaxError as err:
+        return f"compiled core: {err.filename}:{err.lineno}: {err.msg}; the core runs interpreted"
     if (target / "complete").is_file():
         return f"compiled core: up to date ({target})"
     if importlib.util.find_spec("mypyc") is None:

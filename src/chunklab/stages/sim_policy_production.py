@@ -81,7 +81,8 @@ def searched(p: SimPolicyProductionParams) -> list[dict]:
     first = [k for k, job in enumerate(every) if job[0]["arm"] == f"budget {p.floor_budget}"]
     found = dict(zip(first, simulate_many([every[k] for k in first], p.processes, fn=cell_capacity,
                                           label="sim_policy_production")))
-    floor = {point_of(found[k]): found[k]["capacity_req_per_s"] * p.floor_share for k in first}
+    # no floor where budget floor_budget serves no rate within the SLO (a capacity of 0: nothing to be below)
+    floor = {point_of(found[k]): found[k]["capacity_req_per_s"] * p.floor_share or None for k in first}
     rest = [k for k in range(len(every)) if k not in found]
     found |= dict(zip(rest, simulate_many([every[k][:-1] + (floor[point_of(every[k][0])],) for k in rest], p.processes,
                                           fn=cell_capacity, label="sim_policy_production")))
@@ -96,6 +97,8 @@ def jobs(p: SimPolicyProductionParams) -> list[tuple]:
     """(key, cfg, seeds, target, rel_tol, floor_req_per_s=None) of every point and arm."""
     if p.floor_budget not in p.budgets:
         raise SystemExit(f"sim_policy_production: floor_budget {p.floor_budget} must be one of budgets {p.budgets}")
+    if not 0 < p.floor_share <= 1 - p.tie:  # above 1 - tie, an arm that ties could be reported below the floor
+        raise SystemExit(f"sim_policy_production: floor_share {p.floor_share} must be in (0, 1 - tie = {1 - p.tie:g}]")
     out = []
     for model, hardware in p.pairs:
         for workload in p.workloads:

@@ -48,7 +48,10 @@ def unlink_segment(name: str) -> bool:
     except FileNotFoundError:
         return False
     except ValueError:  # empty: its instance died between creating and sizing it, before any process
-        shared_memory._posixshmem.shm_unlink("/" + name)  # mapped or registered it, so by name alone
+        try:  # mapped or registered it, so by name alone
+            shared_memory._posixshmem.shm_unlink("/" + name)
+        except FileNotFoundError:  # unlinked meanwhile by the other side
+            return False
         return True
     seg.close()
     seg.unlink()  # (and tells the resource tracker, which registered the mapped segment)
