@@ -45,3 +45,11 @@ def test_does_not_hold_where_a_fixed_budget_ties_everywhere_too():
                    ("mix", "stall"): {"budget 64": 4.0, "budget 8192": 9.0, "slo_adaptive": 9.0}})
     assert not v["holds"] and not v["loses_at"]
     assert "but so does a fixed budget (2 of 2)" in verdict_text(v)
+
+
+def test_the_summary_says_why_the_dial_stays():
+    from chunklab.report.budget_policy import why_not
+    tied = {"ties_or_wins": {"b64": 4, "b512": 2, "slo_adaptive": 4, "load_adaptive": 3}}
+    assert why_not(tied, 4) == " (it ties or wins at all 4 points, and so does budget 64)"
+    short = {"ties_or_wins": {"b64": 4, "b512": 2, "slo_adaptive": 3}}
+    assert why_not(short, 4) == " (it ties or wins at 3 of 4 points)"

@@ -216,6 +216,16 @@ def budget_policy_section(outputs: Path) -> list[str]:
     return [HEADING, *parts]
 
 
+def why_not(m: dict, points: int) -> str:
+    """Why the rule does not hold (sim_budget_policy's metrics): the points the policy loses, or the fixed
+    budgets that tie or win as often as it does."""
+    counts = m["ties_or_wins"]
+    if counts.get("slo_adaptive", 0) < points:
+        return f" (it ties or wins at {counts.get('slo_adaptive', 0)} of {points} points)"
+    level = [k.replace("b", "budget ", 1) for k, n in counts.items() if k.startswith("b") and n >= counts["slo_adaptive"]]
+    return f" (it ties or wins at all {points} points, and so does {' and '.join(level)})"
+
+
 def budget_policy_summary(outputs: Path, link: str) -> list[str]:
     """One line: the verdict, and per point the best fixed budget against the SLO-aware policy."""
     metrics, standing = (outputs / "simulated" / "budget_policy" / name for name in ("metrics.json", "standing.csv"))
@@ -237,8 +247,8 @@ def budget_policy_summary(outputs: Path, link: str) -> list[str]:
         lines.append(f"- The `{policy}` budget measured on the load grid's requests, capacity (req/s, where 90% in SLO "
                      f"is crossed): {'; '.join(per_slo)} ([budget policies]({link})).")
     lines.append(f"- An SLO-aware budget (simulated capacity, paired over seeds): "
-                 f"{'removes the dial' if m['removes_the_dial'] else 'does not remove the dial'}: {points} "
-                 f"([budget policies]({link})).")
+                 f"{'removes the dial' if m['removes_the_dial'] else 'does not remove the dial'}"
+                 f"{'' if m['removes_the_dial'] else why_not(m, len(mine))}: {points} ([budget policies]({link})).")
     production = outputs / "simulated" / "policy_production" / "metrics.json"
     if production.is_file():
         q = json.loads(production.read_text())["sim_policy_production"]
