@@ -67,6 +67,21 @@ def test_the_goal_lines_come_out_either_way():
     assert "worst stall at most 4.00x budget 64's" in text
 
 
+def test_the_stall_goal_reads_the_gaps_the_machine_did_not_stretch():
+    """A 100 ms gap the machine stretched (metrics/stalls.py) decides the worst stall counting every gap,
+    not the goal; a stretched gap of the schedule's own size would."""
+    fixed = requests("budget 64", {}).assign(max_clean_gap_s=0.005)
+    mine = requests("slo_adaptive", {}).assign(max_clean_gap_s=0.005)
+    mine.loc[0, "max_gap_s"] = 0.1  # one gap of one request, stretched by the machine
+    caps, loads = compare(pd.concat([fixed, mine]), "stall", SLO, "slo_adaptive")
+    text = goals("slo_adaptive", pd.DataFrame(caps), pd.DataFrame(loads))
+    assert "did not stretch at most 1.00x budget 64's at the same rate (goal: within 2x; **met**), 20.00x counting every gap" in text
+    mine.loc[0, "max_clean_gap_s"] = 0.1  # the schedule's own
+    caps, loads = compare(pd.concat([fixed, mine]), "stall", SLO, "slo_adaptive")
+    text = goals("slo_adaptive", pd.DataFrame(caps), pd.DataFrame(loads))
+    assert "at most 20.00x budget 64's at the same rate (goal: within 2x; **missed**)" in text
+
+
 def test_failures_count_each_bound_an_arm_broke_from_the_requests():
     """budget 64: 36 of 120 requests over the p99 gap bound, none over TTFT; the policy: 2 late, and a
     TTFT raised past the bound on 3. The shares follow the data, each bound on its own."""

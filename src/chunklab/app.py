@@ -20,6 +20,7 @@ from chunklab.engine.executors.simulated import NOTE as SIMULATED_NOTE
 from chunklab.interrupts import Interrupted, Interrupts
 from chunklab.metrics.conditions import conditions, conditions_line, describe_workload
 from chunklab.metrics.records import RequestRecord
+from chunklab.metrics.stalls import stall_summary, with_clean_gaps
 from chunklab.metrics.summary import noise_guard
 from chunklab.model.sizes import kv_cache_bytes, num_parameters
 from chunklab.plots import latency_figure
@@ -27,8 +28,8 @@ from chunklab.runner import execute
 from chunklab.tracking.mlflow_tracker import Tracker, flatten
 
 REQUEST_COLUMNS = ("request_id", "label", "status", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s",
-                   "tpot_s", "e2e_s", "queue_s", "max_gap_s", "itl_p99_s", "slowdown", "preemptions",
-                   "output_digest", "reason")
+                   "tpot_s", "e2e_s", "queue_s", "max_gap_s", "max_clean_gap_s", "num_noisy_gaps", "itl_p99_s",
+                   "slowdown", "preemptions", "output_digest", "reason")
 CLUSTER_COLUMNS = ("prefill_instance", "decode_instance", *PHASES)  # topology other than single
 
 
@@ -60,6 +61,8 @@ def run_experiment(cfg: RunConfig, run_dir: Path, should_stop=None) -> RunOutput
     summary["kv_cache_mb"] = kv_cache_bytes(cfg.model, cfg.engine) / 2**20
     if not simulated:
         summary |= noise_guard(result.steps)  # measured against predicted: the machine's stalls
+        records = with_clean_gaps(records, result.sequences, result.steps)  # the gaps those stalls stretched
+        summary |= stall_summary(records)
     if trace_stats is not None:
         summary |= {"trace_rows": trace_stats.num_rows, "trace_clipped": trace_stats.num_clipped,
                     "trace_overlong": trace_stats.num_overlong, "trace_reordered": trace_stats.num_reordered}

@@ -68,5 +68,5 @@ def _request_row(r) -> dict:
     return {"request_id": r.request_id, "label": r.label, "status": r.status, "arrival_s": r.arrival_s,
             "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens, "ttft_s": r.ttft_s,
             "tpot_s": r.tpot_s, "e2e_s": r.e2e_s, "queue_s": r.queue_s, "max_gap_s": r.max_gap_s,
-            "itl_p99_s": r.itl_p99_s, "preemptions": r.preemptions,
+            "max_clean_gap_s": r.max_clean_gap_s, "num_noisy_gaps": r.num_noisy_gaps, "itl_p99_s": r.itl_p99_s, "preemptions": r.preemptions,
             "output_digest": r.output_digest, "gaps_s": " ".join(f"{g:.6f}" for g in r.gaps_s)}

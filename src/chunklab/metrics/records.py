@@ -31,6 +31,10 @@ class RequestRecord:
     preemptions: int = 0
     output_digest: str = ""  # hash of the generated ids: equal digests = equal outputs
     reason: str = ""  # why a request did not finish: its rejection, or where the stop found it
+    # a measured run's worst gap the machine did not stretch, and how many it did (metrics/stalls.py);
+    # None where not judged (simulated, a cluster, no profile)
+    max_clean_gap_s: float | None = None
+    num_noisy_gaps: int | None = None
     gaps_s: array = field(default_factory=lambda: array("d"), repr=False)  # every inter-token gap
 
 
