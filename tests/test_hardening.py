@@ -153,7 +153,7 @@ def test_a_failing_step_ends_failed_and_keeps_what_was_measured(tmp_path, monkey
     from chunklab.engine.engine import LLMEngine
     from chunklab.experiments.compose import compose_run_config
 
-    real_step, calls = LLMEngine.step_values, []  # every loop's step: step() wraps it, the simulator calls it
+    real_step, calls = LLMEngine.try_step_values, []  # every loop's step: step_values wraps it, the simulator calls it
 
     def failing_step(self):
         calls.append(1)
@@ -164,7 +164,7 @@ def test_a_failing_step_ends_failed_and_keeps_what_was_measured(tmp_path, monkey
     # composed first: a machine with no profile yet calibrates here, through the real step
     cfg = compose_run_config(["engine=simulated", "workload.num_requests=50", "tracking.progress=false",
                               f"tracking.tracking_uri=sqlite:///{tmp_path}/mlflow.db"])
-    monkeypatch.setattr(LLMEngine, "step_values", failing_step)
+    monkeypatch.setattr(LLMEngine, "try_step_values", failing_step)
     with pytest.raises(MemoryError):
         run_tracked(cfg, tmp_path / "run", {})
     steps = pd.read_csv(tmp_path / "run" / "steps.csv")

@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 from chunklab.tracking.naming import run_name
 
 from chunklab.app import run_experiment
+from chunklab.topology.links import LinkModel, SharedLinks
 from chunklab.topology.phases import PHASES, phase_seconds
+from chunklab.topology.simulated import simulate_cluster
 from chunklab.topology.routers import ROUTERS, make_router
 from chunklab.config import ConfigError, RouterConfig
 from chunklab.engine.replay import replay
@@ -177,6 +179,56 @@ def test_a_small_decode_pool_preempts_and_loses_nothing(cfgs):
     assert_accounted(run, cfg)
 
 
+def test_transfers_share_a_port_and_a_lone_one_takes_the_links_price():
+    """links.SharedLinks: 1 s of KV alone; two at once from one port take 2 s each; one on other ports
+    is not slowed; a transfer joining halfway splits what is left."""
+    link = LinkModel(bytes_per_token=1000, bandwidth_bytes_per_s=1e6, latency_s=0.0)  # 1000 tokens: 1 s
+    links = SharedLinks(link)
+    assert links.start(1, source=0, target=2, num_tokens=1000, now=0.0) == [(1, 1.0)]
+    assert dict(links.start(2, source=0, target=3, num_tokens=1000, now=0.0)) == {1: 2.0, 2: 2.0}
+    assert links.start(3, source=1, target=4, num_tokens=1000, now=0.0) == [(3, 1.0)]  # its own ports
+    links = SharedLinks(link)
+    links.start(1, source=0, target=2, num_tokens=1000, now=0.0)
+    assert dict(links.start(2, source=0, target=3, num_tokens=1000, now=0.5)) == {1: 1.5, 2: 2.5}
+    assert links.finish(1, now=1.5) == [(2, 2.0)]  # alone again: its last 0.5 s at the whole bandwidth
+    assert links.finish(2, now=2.0) == [] and links.num_active == 0
+
+
+def two_prompts(cfg, n: int, tokens: int = 200):
+    """n requests of `tokens` tokens arriving at once: one prefill step (budget 512) hands them all off."""
+    return [Request(i, 0.0, (1,) * tokens, 4) for i in range(n)]
+
+
+def test_two_simultaneous_transfers_take_longer_than_one(cfgs):
+    cfg = with_(cfgs["disaggregated"], topology={"prefill": 1, "decode": 1},
+                link={"bandwidth_gb_per_s": 0.01, "latency_s": 0.0})
+    price = LinkModel.of(cfg.serving.link, cfg.model).seconds(200)
+    alone = simulate_cluster(simulated_cluster(cfg.serving), two_prompts(cfg, 1))
+    both = simulate_cluster(simulated_cluster(cfg.serving), two_prompts(cfg, 2))
+    transfer = lambda run, seq: phase_seconds(seq, run.placements[seq.seq_id])["transfer_s"]  # noqa: E731
+    assert transfer(alone, alone.result.sequences[0]) == pytest.approx(price, rel=1e-9)
+    assert [transfer(both, s) for s in both.result.sequences] == pytest.approx([2 * price, 2 * price], rel=1e-9)
+
+
+def test_a_transfer_waits_for_blocks_on_the_decode_side_and_nothing_is_lost(cfgs):
+    """A decode pool that holds one 200-token KV at a time: the second transfer starts when the first
+    request has finished there and freed its blocks (kv_wait_s), the phases still sum to E2E."""
+    block = cfgs["disaggregated"].engine.block_size
+    cfg = with_(cfgs["disaggregated"], topology={"prefill": 1, "decode": 1, "decode_num_blocks": -(-210 // block) + 1})
+    cluster = simulated_cluster(cfg.serving)
+    run = simulate_cluster(cluster, two_prompts(cfg, 2))
+    first, second = run.result.sequences
+    assert all(s.phase.name == "FINISHED" for s in run.result.sequences)
+    waits = [phase_seconds(s, run.placements[s.seq_id]) for s in (first, second)]
+    assert waits[0]["kv_wait_s"] == 0.0
+    assert run.placements[second.seq_id].transfer_start_s == pytest.approx(first.token_times_s[-1])
+    assert waits[1]["kv_wait_s"] == pytest.approx(first.token_times_s[-1] - second.token_times_s[0])
+    for s, p in zip((first, second), waits):
+        assert sum(p.values()) == pytest.approx(s.token_times_s[-1] - s.request.arrival_s, abs=1e-12)
+    for inst in cluster.instances:  # every block back: the prefill side's freed after each transfer
+        assert inst.engine.block_manager.num_free_blocks == inst.engine.block_manager.num_blocks
+
+
 # -- no request lost or counted twice -----------------------------------------------------------
 
 def assert_accounted(run, cfg, stopped=False):
@@ -282,8 +334,9 @@ def test_events_at_one_instant_apply_step_ends_then_transfers_then_arrivals(cfgs
                                       simulated._Simulation._arrive)
             monkeypatch.setattr(simulated._Simulation, "_step_ended", lambda self, i, fin, now: (
                 log.append((now, simulated.STEP_END, i)), step(self, i, fin, now))[1])
-            monkeypatch.setattr(simulated._Simulation, "_transfer_ended", lambda self, seq, s, t, end: (
-                log.append((end, simulated.TRANSFER_END, seq.seq_id)), transfer(self, seq, s, t, end))[1])
+            monkeypatch.setattr(simulated._Simulation, "_transfer_ended", lambda self, number, end: (
+                log.append((end, simulated.TRANSFER_END, self.in_flight[number][0].seq_id)),
+                transfer(self, number, end))[1])
             monkeypatch.setattr(simulated._Simulation, "_arrive", lambda self, r: (
                 log.append((r.arrival_s, 2, r.request_id)), arrive(self, r))[1])
         return simulated.simulate_cluster(cluster, reqs)

@@ -113,10 +113,18 @@ class LLMEngine:
         """One step, as step() but its record unbuilt: the record's fields before `features` as a tuple in
         their order (StepLog.append_values takes them), the features (None unless logged), the finished
         sequences. The simulator logs every step this way, sparing a StepRecord per step."""
+        out = self.try_step_values()
+        if out is None:
+            raise RuntimeError("scheduler made no progress with unfinished requests")
+        return out
+
+    def try_step_values(self) -> tuple[tuple, list[float] | None, list[Sequence]] | None:
+        """step_values, or None when the scheduler planned nothing (nothing ran, the clock did not move):
+        a prefill instance whose free blocks are all out with KV being sent waits for a transfer to end."""
         start_s = self.clock.now()
         plan = self.scheduler.schedule()
         if plan.is_empty:
-            raise RuntimeError("scheduler made no progress with unfinished requests")
+            return None
         shape = None
         if self.log_features or self.cost_model:  # read before the step runs (counters say what is cached)
             shape = StepShape.of(plan, self.mixed_batch)

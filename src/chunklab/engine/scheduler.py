@@ -173,14 +173,27 @@ class Scheduler:
     def num_sending_blocks(self) -> int:
         return sum(map(len, self._sending.values()))
 
-    def admit_prefilled(self, seq: Sequence) -> bool:
-        """Admits a sequence prefilled elsewhere whose KV has arrived: it joins the running set
-        decoding, with blocks here for its cached tokens. False (nothing changed) while the running
-        set is full or the blocks do not fit."""
-        assert seq.phase is Phase.DECODING and not seq.block_table, "admit_prefilled: not a handed-off sequence"
-        if len(self._running) >= self._cfg.max_num_seqs or not self.block_manager.can_allocate(seq, 0):
+    def reserve_incoming(self, seq: Sequence) -> bool:
+        """Blocks here for a sequence prefilled elsewhere, before its KV is sent: the KV lands in them
+        (a simulated decode instance reserves them when the transfer starts). False (nothing changed)
+        while they do not fit."""
+        assert seq.phase is Phase.DECODING and not seq.block_table, "reserve_incoming: not a handed-off sequence"
+        if not self.block_manager.can_allocate(seq, 0):
             return False
         self.block_manager.allocate(seq, 0)
+        return True
+
+    def admit_prefilled(self, seq: Sequence) -> bool:
+        """Admits a sequence prefilled elsewhere whose KV has arrived: it joins the running set
+        decoding, in the blocks reserve_incoming gave it, or in blocks allocated here now for its
+        cached tokens. False (nothing changed) while the running set is full or the blocks do not fit."""
+        assert seq.phase is Phase.DECODING, "admit_prefilled: not a handed-off sequence"
+        if len(self._running) >= self._cfg.max_num_seqs:
+            return False
+        if not seq.block_table:
+            if not self.block_manager.can_allocate(seq, 0):
+                return False
+            self.block_manager.allocate(seq, 0)
         self._running.append(seq)
         return True
 

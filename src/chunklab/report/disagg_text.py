@@ -155,8 +155,11 @@ def drivers(winners: pd.DataFrame, cells: pd.DataFrame, c: dict) -> list[str]:
     split = cells[(cells["topology"] == "disaggregated") & cells["load"].isin(c["verdict_loads"])]
     for link, g in split.groupby("link", sort=False):
         ratio = (g["transfer_p99_s"] / g["slo_ttft_s"]).max()
+        wait = g["kv_wait_p99_s"] if "kv_wait_p99_s" in g else pd.Series([0.0])
         out.append(f"- KV over {link}: transfer p50 {g['transfer_p50_s'].median() * 1e3:.2f} ms, p99 at most "
-                   f"{g['transfer_p99_s'].max() * 1e3:.1f} ms, at most {ratio:.1%} of the TTFT target of its run.")
+                   f"{g['transfer_p99_s'].max() * 1e3:.1f} ms (sharing the link's ports with the transfers in flight), "
+                   f"at most {ratio:.1%} of the TTFT target of its run; the wait for blocks on the decode side before "
+                   f"a transfer starts, p99 at most {wait.max() * 1e3:.1f} ms.")
     if len(c["links"]) > 1:
         per = winners.pivot_table(index=["model", "hardware", "gpus", "workload", "slo", "load"], columns="link",
                                   values="winner", aggfunc="first")
@@ -185,8 +188,9 @@ def disagg_section(outputs: Path) -> list[str]:
             + ("; ".join(f"{r.source} ({r.statement}): {r.verdict}" for r in other.itertuples()) or "none differ")
             + ". What drives them:", *drivers(winners, cells, c),
             *sensitivity_lines(outputs, c, v),
-            "These are one cost model's predictions for a plausible device (no contention on the link, models that "
-            "fit one GPU, no tensor parallelism), not measurements of a GPU cluster.",
+            "These are one cost model's predictions for a plausible device (transfers share each instance's link "
+            "port evenly, a transfer starts once the decode side has blocks for its KV; models that fit one GPU, no "
+            "tensor parallelism), not measurements of a GPU cluster.",
             *maps]
 
 

@@ -37,8 +37,8 @@ from chunklab.stages.shared_params import SimDisaggParams
 MIN_COLOCATED_SHARE = 0.1  # a gain is read only where colocation still serves this share within SLO:
 # below it the ratio divides by a handful of requests, and overload, not topology, decides it
 POINT = ["model", "hardware", "gpus", "workload", "slo", "load", "link"]
-DRIVERS = ["ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "transfer_p50_s", "transfer_p99_s",
-           "prefill_queue_p50_s", "decode_queue_p50_s", "preemptions"]
+DRIVERS = ["ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "kv_wait_p99_s", "transfer_p50_s", "transfer_p99_s",
+           "prefill_queue_p50_s", "decode_queue_p50_s", "preemptions"]  # kv_wait: for blocks on the decode side
 COLOCATED, DISAGG, TIE, NONE = "colocated", "disaggregated", "tie", "none"
 
 
@@ -187,7 +187,7 @@ def tidy(keys: list[dict], summaries: list[dict], slos: dict[tuple[str, str], di
                              "goodput_per_gpu_rps": s[f"slo_attainment@{slo}"] * k["rate_per_s"] / k["gpus"],
                              "share_in_slo": s[f"slo_attainment@{slo}"],
                              "completed_per_gpu_rps": s["requests_per_s"] / k["gpus"]}
-                        | {d: s.get(d, 0.0 if d.startswith(("transfer", "decode_queue")) else None) for d in DRIVERS})
+                        | {d: s.get(d, 0.0 if d.startswith(("kv_wait", "transfer", "decode_queue")) else None) for d in DRIVERS})
     cols = ["model", "hardware", "gpus", "workload", "slo", "slo_ttft_s", "slo_tpot_s", "load", "rate_per_s", "link", "topology", "prefill",
             "decode", "budget", "setting", "goodput_per_gpu_rps", "share_in_slo", "completed_per_gpu_rps", *DRIVERS]
     return pd.DataFrame(rows)[cols]
@@ -215,7 +215,7 @@ def winners_table(cells: pd.DataFrame, tie_margin: float) -> pd.DataFrame:
             "disagg_goodput_per_gpu_rps": g_d, "disagg_share_in_slo": bd["share_in_slo"]}
             | {f"colocated_{k}": bc[k] for k in ("ttft_p99_s", "tpot_p50_s", "tpot_p99_s")}
             | {f"disagg_{k}": bd[k] for k in ("ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
-                                               "transfer_p50_s", "transfer_p99_s", "prefill_queue_p50_s",
+                                               "kv_wait_p99_s", "transfer_p50_s", "transfer_p99_s", "prefill_queue_p50_s",
                                                "decode_queue_p50_s")})
     return pd.DataFrame(rows)
 

@@ -33,8 +33,8 @@ class Instance:
         sched, bm = self.engine.scheduler, self.engine.block_manager
         to_prefill = sum(s.num_prefill_remaining for s in sched.waiting)
         to_prefill += sum(s.num_prefill_remaining for s in sched.running)
-        in_use = bm.num_used_blocks * bm.block_size
-        moving = sum(s.num_computed_tokens for s in self._arrived) + sum(s.num_computed_tokens for s in self._incoming)
+        in_use = bm.num_used_blocks * bm.block_size  # with the blocks reserved for KV on its way (reserve)
+        moving = sum(s.num_computed_tokens for s in (*self._arrived, *self._incoming) if not s.block_table)
         return to_prefill + in_use + moving
 
     # -- requests in --------------------------------------------------------------------------------
@@ -49,6 +49,10 @@ class Instance:
         """A prefilled sequence's KV is on its way here."""
         self.num_routed += 1
         self._incoming.append(seq)
+
+    def reserve(self, seq: Sequence) -> bool:
+        """Blocks here for a sequence expected here, before its KV is sent; False while they do not fit."""
+        return self.engine.scheduler.reserve_incoming(seq)
 
     def receive(self, seq: Sequence) -> None:
         """Its KV has arrived: admitted at this instance's next step start, in arrival order."""
@@ -75,10 +79,17 @@ class Instance:
         self.steps.append(record)
         return record, finished
 
-    def step_logged(self, now: float) -> list[Sequence]:
-        """step(now) for a caller that needs no record (the simulator): the step is logged all the same."""
+    def step_logged(self, now: float) -> list[Sequence] | None:
+        """step(now) for a caller that needs no record (the simulator): the step is logged all the same.
+        None (no step) while the blocks a step needs are out with KV being sent: it can step again once
+        a transfer from here ends. Planning nothing otherwise is the scheduler's fault, and raises."""
         self.engine.clock.wait_until(now)
-        values, features, finished = self.engine.step_values()
+        out = self.engine.try_step_values()
+        if out is None:
+            if self.engine.scheduler.num_sending_blocks:
+                return None
+            raise RuntimeError("scheduler made no progress with unfinished requests")
+        values, features, finished = out
         self.steps.append_values(values, features)
         return finished
 

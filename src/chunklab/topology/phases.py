@@ -1,13 +1,16 @@
-"""Where each request's time went, in five phases that sum to its end-to-end latency:
+"""Where each request's time went, in six phases that sum to its end-to-end latency:
 
     prefill_queue_s   arrival -> its first step (on the instance that prefills it)
     prefill_s         that step's start -> its first token
-    transfer_s        first token -> its KV arrived at the decode instance (0 when colocated)
+    kv_wait_s         first token -> its transfer started: the wait for blocks on the decode
+                      instance to hold its KV (simulated; 0 when colocated and when measured)
+    transfer_s        transfer started -> its KV arrived at the decode instance (0 when colocated)
     decode_queue_s    KV arrived -> admitted by the decode instance's scheduler (0 when colocated)
     decode_s          admitted (colocated: the first token) -> its last token
 
 transfer_s, the contract both clusters keep with the link that prices it:
-- simulated (simulated.py): the link's seconds (links.py; the `shm` preset is fit by
+- simulated (simulated.py): the link's seconds, shared with the transfers in flight on its ports
+  (links.py: SharedLinks; the `shm` preset is fit by
   experiments/shm_link.py on one message to the receiver + its read of the blocks out of the sender's
   shared pool + its write of them into its own pool).
 - measured (measured.py, worker.py): the first token -> the decode instance has read the blocks out of
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 
 from chunklab.engine.sequence import Phase, Sequence
 
-PHASES = ("prefill_queue_s", "prefill_s", "transfer_s", "decode_queue_s", "decode_s")
+PHASES = ("prefill_queue_s", "prefill_s", "kv_wait_s", "transfer_s", "decode_queue_s", "decode_s")
 
 
 @dataclass
@@ -48,9 +51,9 @@ def phase_seconds(seq: Sequence, where: Placement) -> dict[str, float | None]:
     arrival, scheduled = seq.request.arrival_s, seq.first_scheduled_s
     first, last = seq.token_times_s[0], seq.token_times_s[-1]
     if where.admitted_s is None:  # colocated, or done at its first token
-        return {"prefill_queue_s": scheduled - arrival, "prefill_s": first - scheduled, "transfer_s": 0.0,
-                "decode_queue_s": 0.0, "decode_s": last - first}
+        return {"prefill_queue_s": scheduled - arrival, "prefill_s": first - scheduled, "kv_wait_s": 0.0,
+                "transfer_s": 0.0, "decode_queue_s": 0.0, "decode_s": last - first}
     arrived = where.transfer_end_s + where.kv_write_s  # the KV in the decode instance's pool (docstring)
     return {"prefill_queue_s": scheduled - arrival, "prefill_s": first - scheduled,
-            "transfer_s": arrived - first, "decode_queue_s": where.admitted_s - arrived,
-            "decode_s": last - where.admitted_s}
+            "kv_wait_s": where.transfer_start_s - first, "transfer_s": arrived - where.transfer_start_s,
+            "decode_queue_s": where.admitted_s - arrived, "decode_s": last - where.admitted_s}

@@ -1,11 +1,18 @@
 """One virtual clock driving every instance of a cluster in event order.
 
-Events, in a heap: a step's end (at the time its cost model predicts), a KV transfer's arrival (the
-link's seconds after the first token), and requests' arrivals (from the sorted stream). All events at
-one time are applied in a fixed order (step ends by instance, then transfers by start order, then
-arrivals by request order), and only then does every idle instance with work start its next step, in
-instance order: deterministic and byte-reproducible. A step is computed when it starts (its tokens
-carry its end time); what it hands on (finished requests, first tokens to transfer) happens at its end.
+Events, in a heap: a step's end (at the time its cost model predicts), a KV transfer's arrival, and
+requests' arrivals (from the sorted stream). All events at one time are applied in a fixed order (step
+ends by instance, then transfers by start order, then arrivals by request order), and only then does
+every idle instance with work start its next step, in instance order: deterministic and
+byte-reproducible. A step is computed when it starts (its tokens carry its end time); what it hands on
+(finished requests, first tokens to transfer) happens at its end.
+
+A prefilled sequence's transfer waits, in its decode instance's queue (first come, first served),
+for blocks there to hold its KV (reserved when it starts: the decode pool limits the transfers in
+flight), then shares the link with the transfers in flight on its two ports (links.SharedLinks): a
+transfer's end moves when another starts or ends, and the event of its old end is dropped. The
+prefill instance holds the sequence's blocks until its transfer ends; one whose free blocks are all
+out being sent idles until then.
 
 With one instance this is replay() (engine/replay.py) step for step: the same arrivals enter at the
 same step boundaries, so the same floats come out.
@@ -17,8 +24,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from chunklab.topology.phases import Placement
 from chunklab.topology.cluster import Cluster
+from chunklab.topology.instance import Instance
+from chunklab.topology.links import SharedLinks
+from chunklab.topology.phases import Placement
 from chunklab.engine.replay import ReplayResult
 from chunklab.engine.sequence import Request, Sequence
 from chunklab.engine.step_log import StepLog
@@ -51,6 +60,10 @@ class _Simulation:
         self.sequences: dict[int, Sequence] = {}
         self.placements: dict[int, Placement] = {}
         self._num_transfers = 0
+        self.links = SharedLinks(cluster.link) if cluster.link is not None else None
+        self.queued: dict[int, deque[tuple[int, Sequence, Instance]]] = {i.index: deque() for i in cluster.decode}
+        self.in_flight: dict[int, tuple[Sequence, Instance, Instance]] = {}  # transfer number -> what it moves
+        self.versions: dict[int, int] = {}  # transfer number -> its end event's version (older ones are dropped)
 
     def run(self, requests: list[Request], should_stop) -> ClusterRun:
         pending = deque(sorted(requests, key=lambda r: r.arrival_s))
@@ -74,8 +87,8 @@ class _Simulation:
                 _, kind, key, payload = heapq.heappop(self.events)
                 if kind == STEP_END:
                     self._step_ended(key, payload, now)
-                else:
-                    self._transfer_ended(*payload)
+                elif self.versions.get(key[0]) == key[1]:  # else: an end the link has since moved
+                    self._transfer_ended(key[0], now)
             while pending and pending[0].arrival_s <= now:
                 self._arrive(pending.popleft())
         for request in pending:  # never arrived before the stop: still waiting, outside the cluster
@@ -99,6 +112,9 @@ class _Simulation:
                 where = self.placements[admitted.request.request_id]
                 where.admitted_s = max(now, inst.now())
             finished = inst.step_logged(now)
+            if finished is None:  # its blocks are out being sent: a transfer's end wakes it
+                may_have_work[inst.index] = False
+                continue
             self.busy[inst.index] = True
             heapq.heappush(self.events, (inst.now(), STEP_END, inst.index, finished))
 
@@ -108,23 +124,45 @@ class _Simulation:
         inst = self.cluster.instances[index]
         if finished:
             self.on_done(len(finished))
+        if inst.role == "decode":  # blocks freed here: the transfers waiting for them may start
+            self._start_transfers(inst, now)
         if inst.role != "prefill":
             return
         for seq in inst.hand_off():
             target = self.cluster.decode[self.cluster.decode_router.choose(self.cluster.decode, seq.request)]
             target.expect(seq)
             where = self.placements[seq.seq_id]
-            where.decode_instance, where.transfer_start_s = target.name, now
+            where.decode_instance = target.name
             self._num_transfers += 1
-            end = now + self.cluster.link.seconds(seq.num_computed_tokens)
-            heapq.heappush(self.events, (end, TRANSFER_END, self._num_transfers, (seq, inst, target, end)))
+            self.queued[target.index].append((self._num_transfers, seq, inst))
+            self._start_transfers(target, now)
 
-    def _transfer_ended(self, seq: Sequence, source, target, end: float) -> None:
+    def _start_transfers(self, target: Instance, now: float) -> None:
+        """Starts the transfers queued for target, oldest first, while its blocks hold their KV."""
+        queue = self.queued[target.index]
+        while queue and target.reserve(queue[0][1]):
+            number, seq, source = queue.popleft()
+            where = self.placements[seq.seq_id]
+            where.transfer_start_s = now
+            self.in_flight[number] = (seq, source, target)
+            self._reschedule(self.links.start(number, source.index, target.index, seq.num_computed_tokens, now))
+
+    def _reschedule(self, ends: list[tuple[int, float]]) -> None:
+        for number, end in ends:
+            version = self.versions.get(number, 0) + 1
+            self.versions[number] = version
+            heapq.heappush(self.events, (end, TRANSFER_END, (number, version), None))
+
+    def _transfer_ended(self, number: int, now: float) -> None:
+        seq, source, target = self.in_flight.pop(number)
+        del self.versions[number]
+        self._reschedule(self.links.finish(number, now))
         source.release_sent(seq)
+        self.may_have_work[source.index] = True  # its blocks are back
         target.receive(seq)
         self.may_have_work[target.index] = True
         where = self.placements[seq.request.request_id]
-        where.transfer_end_s = end
+        where.transfer_end_s = now
 
     def _arrive(self, request: Request) -> None:
         reason = self.cluster.rejection_reason(request)
