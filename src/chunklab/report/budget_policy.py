@@ -139,7 +139,7 @@ def markdown(policy: str, mine: pd.DataFrame, caps: pd.DataFrame, loads: pd.Data
         "against": loads["against"],
         "in SLO: fixed -> policy": [f"{100 * a:.0f}% -> {100 * b:.0f}%" for a, b in zip(loads["share_fixed"],
                                                                                      loads["share_policy"])],
-        "change [95% CI]": loads["share_change"], "policy": loads["standing"],
+        "change [95% CI]: policy": [f"{c}: {w}" for c, w in zip(loads["share_change"], loads["standing"])],
         "worst stall (ms)": [f"{1e3 * a:.1f} -> {1e3 * b:.1f}" for a, b in zip(loads["worst_stall_fixed_s"],
                                                                               loads["worst_stall_policy_s"])],
         "not stretched by the machine (ms)": ["not judged" if np.isnan(a) else f"{1e3 * a:.1f} -> {1e3 * b:.1f}"
