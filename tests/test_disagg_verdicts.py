@@ -153,3 +153,22 @@ def test_the_sensitivity_table_names_a_verdict_that_moves_with_the_assumed_const
         assert "TaiChi (colocation wins under tight TTFT" not in lines[-1]  # its regime did not move
     else:
         assert lines[-1] == "No verdict moves within these factors."
+
+
+def test_each_links_transfer_is_also_priced_at_its_lowest_published_rate():
+    """report/disagg_text.drivers: a preset with published_gb_per_s prints the transfer p99's share of the
+    TTFT target scaled to that rate; one without prints none."""
+    from chunklab.report.disagg_text import drivers
+
+    winners = pd.DataFrame({"model": ["m"], "hardware": ["h"], "slo": ["s"], "load": [0.6], "winner": ["tie"],
+                            "colocated_share_in_slo": [1.0], "disagg_share_in_slo": [1.0]})
+    cells = pd.DataFrame({"topology": ["disaggregated"], "load": [1.0], "link": ["nvlink4"], "slo_ttft_s": [0.5],
+                          "transfer_p50_s": [0.001], "transfer_p99_s": [0.005], "kv_wait_p99_s": [0.0]})
+    preset = {"bandwidth_gb_per_s": 450.0, "published_gb_per_s": 180.0, "published_source": "a thread (2024): details"}
+    c = {"verdict_loads": [1.0], "links": ["nvlink4"], "link_presets": {"nvlink4": preset}}
+    [line] = [x for x in drivers(winners, cells, c) if x.startswith("- KV over")]
+    assert "at most 1.0% of the TTFT target" in line
+    assert "180 GB/s against the preset's 450 (a thread (2024)), that p99 would be at most 2.5%" in line
+    c["link_presets"]["nvlink4"] = preset | {"published_gb_per_s": None}
+    [line] = [x for x in drivers(winners, cells, c) if x.startswith("- KV over")]
+    assert "published" not in line

@@ -282,6 +282,7 @@ def test_every_offered_request_is_finished_rejected_or_unfinished(cfgs, topology
     (["topology.replicas=2"], "topology.replicas=2: topology=single is one engine"),
     ([*DISAGG, "link.bandwidth_gb_per_s=0"], "link.bandwidth_gb_per_s=0.0: must be > 0 (link=nvlink4)"),
     (["link=pcie5_x16", "link.latency_s=-1"], "link.latency_s=-1.0: must be >= 0"),
+    (["link.published_gb_per_s=0"], "link.published_gb_per_s=0.0: must be > 0 or null"),
     (["router.name=fastest"], "router.name='fastest': must be one of least_outstanding_requests"),
     (["router.decode=fastest"], "router.decode='fastest'"),
     (["topology.name=mesh"], "topology.name='mesh': must be one of disaggregated, replicas, single"),

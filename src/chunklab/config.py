@@ -222,6 +222,10 @@ class LinkConfig:
     latency_s: float = 5e-6  # per transfer
     spec_source: str = ""  # where the bandwidth comes from
     latency_source: str = ""  # where the latency comes from (or that it is assumed)
+    # the lowest published point-to-point measurement of this link for large messages, one direction
+    # (None: none found): the report prices the transfers at it too
+    published_gb_per_s: float | None = None
+    published_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -351,6 +355,8 @@ def _validate_topology(t: TopologyConfig, link: LinkConfig, s: SchedulerConfig, 
     _check(link.bandwidth_gb_per_s > 0, "link.bandwidth_gb_per_s", link.bandwidth_gb_per_s,
            f"must be > 0 (link={link.name})")
     _check(link.latency_s >= 0, "link.latency_s", link.latency_s, f"must be >= 0 (link={link.name})")
+    _check(link.published_gb_per_s is None or link.published_gb_per_s > 0, "link.published_gb_per_s",
+           link.published_gb_per_s, f"must be > 0 or null (link={link.name})")
 
 
 def _validate_workload(w: WorkloadConfig, m: ModelConfig) -> None:
