@@ -22,7 +22,7 @@ def requests(arm: str, late_at: dict[float, int]) -> pd.DataFrame:
             for i in range(20):
                 late = i < late_at.get(rate, 0)
                 rows.append({"arm": arm, "seed": seed, "rate_per_s": rate, "request_id": i,
-                             "label": "long" if i % 3 == 0 else "short", "status": "finished",
+                             "label": "long" if i % 3 == 0 else "short", "status": "finished", "output_tokens": 21,
                              "ttft_s": 0.1 + 0.01 * i, "tpot_s": 0.001, "itl_p99_s": 0.02 if late else 0.005,
                              "max_gap_s": 0.02 if late else 0.005})
     return pd.DataFrame(rows)
@@ -70,16 +70,34 @@ def test_the_goal_lines_come_out_either_way():
 def test_the_stall_goal_reads_the_gaps_the_machine_did_not_stretch():
     """A 100 ms gap the machine stretched (metrics/stalls.py) decides the worst stall counting every gap,
     not the goal; a stretched gap of the schedule's own size would."""
-    fixed = requests("budget 64", {}).assign(max_clean_gap_s=0.005)
-    mine = requests("slo_adaptive", {}).assign(max_clean_gap_s=0.005)
-    mine.loc[0, "max_gap_s"] = 0.1  # one gap of one request, stretched by the machine
+    fixed = requests("budget 64", {}).assign(max_clean_gap_s=0.005, num_noisy_gaps=0)
+    mine = requests("slo_adaptive", {}).assign(max_clean_gap_s=0.005, num_noisy_gaps=0)
+    mine.loc[0, ["max_gap_s", "num_noisy_gaps"]] = 0.1, 1  # one gap of one request, stretched by the machine
     caps, loads = compare(pd.concat([fixed, mine]), "stall", SLO, "slo_adaptive")
     text = goals("slo_adaptive", pd.DataFrame(caps), pd.DataFrame(loads))
     assert "did not stretch at most 1.00x budget 64's at the same rate (goal: within 2x; **met**), 20.00x counting every gap" in text
-    mine.loc[0, "max_clean_gap_s"] = 0.1  # the schedule's own
+    mine.loc[0, ["max_clean_gap_s", "num_noisy_gaps"]] = 0.1, 0  # the schedule's own
     caps, loads = compare(pd.concat([fixed, mine]), "stall", SLO, "slo_adaptive")
     text = goals("slo_adaptive", pd.DataFrame(caps), pd.DataFrame(loads))
     assert "at most 20.00x budget 64's at the same rate (goal: within 2x; **missed**)" in text
+
+
+@pytest.mark.parametrize("unjudged", ["most gaps left out at one rate", "one rate measured before the guard"])
+def test_the_stall_goal_falls_back_to_every_gap_unless_every_rate_was_judged(unjudged):
+    """The guard's worst stall decides the goal only where it judged every rate of both arms, each leaving
+    out at most MAX_NOISY_GAP_SHARE of its gaps: a run slow as a whole would otherwise read as clean."""
+    fixed = requests("budget 64", {}).assign(max_clean_gap_s=0.005, num_noisy_gaps=0)
+    mine = requests("slo_adaptive", {}).assign(max_clean_gap_s=0.005, num_noisy_gaps=0)
+    mine.loc[0, "max_gap_s"] = 0.1
+    at = mine["rate_per_s"] == 6.0
+    if unjudged == "most gaps left out at one rate":
+        mine.loc[at, "num_noisy_gaps"] = 2  # 2 of 20 gaps of every request at 6 req/s: 10%
+    else:
+        mine.loc[at, ["max_clean_gap_s", "num_noisy_gaps"]] = float("nan")
+    caps, loads = compare(pd.concat([fixed, mine]), "stall", SLO, "slo_adaptive")
+    text = goals("slo_adaptive", pd.DataFrame(caps), pd.DataFrame(loads))
+    assert "worst stall at most 20.00x budget 64's at the same rate (goal: within 2x)." in text
+    assert "did not stretch" not in text
 
 
 def test_failures_count_each_bound_an_arm_broke_from_the_requests():

@@ -168,7 +168,7 @@ def test_each_links_transfer_is_also_priced_at_its_lowest_published_rate():
     c = {"verdict_loads": [1.0], "links": ["nvlink4"], "link_presets": {"nvlink4": preset}}
     [line] = [x for x in drivers(winners, cells, c) if x.startswith("- KV over")]
     assert "at most 1.0% of the TTFT target" in line
-    assert "180 GB/s against the preset's 450 (a thread (2024)), that p99 would be at most 2.5%" in line
+    assert "180 GB/s against the preset's 450 (a thread (2024)), that p99 scaled linearly is 2.5%" in line
     c["link_presets"]["nvlink4"] = preset | {"published_gb_per_s": None}
     [line] = [x for x in drivers(winners, cells, c) if x.startswith("- KV over")]
     assert "published" not in line

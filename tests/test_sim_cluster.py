@@ -229,6 +229,22 @@ def test_a_transfer_waits_for_blocks_on_the_decode_side_and_nothing_is_lost(cfgs
         assert inst.engine.block_manager.num_free_blocks == inst.engine.block_manager.num_blocks
 
 
+def test_a_decode_instance_whose_blocks_are_reserved_for_kv_in_flight_waits_for_it(cfgs):
+    """A decode pool of 20 blocks (16 tokens each) and one prefill step handing off a 64- and a 256-token
+    prompt: 4 + 16 blocks reserved. The short KV lands first; its first token needs a 5th block, held
+    for the long KV still on the wire: the decode instance idles (it does not fail) until that lands,
+    then every request finishes and every block is back."""
+    cfg = with_(cfgs["disaggregated"], topology={"prefill": 1, "decode": 1, "decode_num_blocks": 20},
+                link={"bandwidth_gb_per_s": 0.01, "latency_s": 0.0})
+    assert cfg.engine.block_size == 16
+    cluster = simulated_cluster(cfg.serving)
+    run = simulate_cluster(cluster, [Request(0, 0.0, (1,) * 64, 4), Request(1, 0.0, (1,) * 256, 4)])
+    assert run.result.error is None
+    assert [s.phase.name for s in run.result.sequences] == ["FINISHED", "FINISHED"]
+    for inst in cluster.instances:
+        assert inst.engine.block_manager.num_free_blocks == inst.engine.block_manager.num_blocks
+
+
 # -- no request lost or counted twice -----------------------------------------------------------
 
 def assert_accounted(run, cfg, stopped=False):

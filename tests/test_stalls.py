@@ -71,3 +71,11 @@ def test_a_gap_is_priced_by_its_own_steps_only():
     [r] = with_clean_gaps([record(seq)], [seq], steps)
     assert r.num_noisy_gaps == 1
     assert r.max_clean_gap_s == pytest.approx(0.100)
+
+
+def test_a_request_whose_every_gap_was_stretched_has_no_clean_worst_gap():
+    steps, ends = timeline([0.010, 0.113], [0.010, 0.012])
+    seq = served(ends)
+    [r] = with_clean_gaps([record(seq)], [seq], steps)
+    assert r.max_clean_gap_s == 0.0 and r.num_noisy_gaps == 1  # none counts toward the worst
+    assert stall_summary([r]) == {"worst_clean_stall_s": 0.0, "noisy_gap_share": 1.0}

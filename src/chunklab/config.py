@@ -222,8 +222,8 @@ class LinkConfig:
     latency_s: float = 5e-6  # per transfer
     spec_source: str = ""  # where the bandwidth comes from
     latency_source: str = ""  # where the latency comes from (or that it is assumed)
-    # the lowest published point-to-point measurement of this link for large messages, one direction
-    # (None: none found): the report prices the transfers at it too
+    # the lowest rate reported in public for this link with large messages, one direction (None: none
+    # found; docs/production-scale.md says what each is): the report prices the transfers at it too
     published_gb_per_s: float | None = None
     published_source: str = ""
 

@@ -158,10 +158,10 @@ def drivers(winners: pd.DataFrame, cells: pd.DataFrame, c: dict) -> list[str]:
         wait = g["kv_wait_p99_s"] if "kv_wait_p99_s" in g else pd.Series([0.0])
         preset = c.get("link_presets", {}).get(link, {})
         published = preset.get("published_gb_per_s")
-        slower = (f" At the lowest published point-to-point rate of this link, {published:g} GB/s against the preset's "
-                  f"{preset['bandwidth_gb_per_s']:g} ({preset['published_source'].split(':')[0]}), that p99 would be at most "
-                  f"{ratio * preset['bandwidth_gb_per_s'] / published:.1%} of the TTFT target (scaled by the bandwidths' "
-                  "ratio)." if published else "")
+        slower = (f" At the lowest rate reported for this link, {published:g} GB/s against the preset's "
+                  f"{preset['bandwidth_gb_per_s']:g} ({preset['published_source'].split(':')[0]}), that p99 scaled "
+                  f"linearly is {ratio * preset['bandwidth_gb_per_s'] / published:.1%} of the TTFT target (an estimate: "
+                  "a slower link also shares its ports more)." if published else "")
         out.append(f"- KV over {link}: transfer p50 {g['transfer_p50_s'].median() * 1e3:.2f} ms, p99 at most "
                    f"{g['transfer_p99_s'].max() * 1e3:.1f} ms (sharing the link's ports with the transfers in flight), "
                    f"at most {ratio:.1%} of the TTFT target of its run; the wait for blocks on the decode side before "

@@ -51,8 +51,10 @@ class Instance:
         self._incoming.append(seq)
 
     def reserve(self, seq: Sequence) -> bool:
-        """Blocks here for a sequence expected here, before its KV is sent; False while they do not fit."""
-        return self.engine.scheduler.reserve_incoming(seq)
+        """Blocks here for a sequence expected here, before its KV is sent; False while they do not fit,
+        and while sequences preempted here wait to be recomputed (they go first: else the KV arriving
+        could keep taking the blocks they need)."""
+        return not self.engine.scheduler.num_waiting and self.engine.scheduler.reserve_incoming(seq)
 
     def receive(self, seq: Sequence) -> None:
         """Its KV has arrived: admitted at this instance's next step start, in arrival order."""
@@ -81,12 +83,13 @@ class Instance:
 
     def step_logged(self, now: float) -> list[Sequence] | None:
         """step(now) for a caller that needs no record (the simulator): the step is logged all the same.
-        None (no step) while the blocks a step needs are out with KV being sent: it can step again once
-        a transfer from here ends. Planning nothing otherwise is the scheduler's fault, and raises."""
+        None (no step) while the blocks a step needs are held by transfers in flight: out with KV being
+        sent from here, or reserved for KV on its way here (reserve); it can step again once such a
+        transfer ends. Planning nothing otherwise is the scheduler's fault, and raises."""
         self.engine.clock.wait_until(now)
         out = self.engine.try_step_values()
         if out is None:
-            if self.engine.scheduler.num_sending_blocks:
+            if self.engine.scheduler.num_sending_blocks or any(s.block_table for s in self._incoming):
                 return None
             raise RuntimeError("scheduler made no progress with unfinished requests")
         values, features, finished = out

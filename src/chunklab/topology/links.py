@@ -27,6 +27,9 @@ class LinkModel:
         return self.bytes(num_tokens) / self.bandwidth_bytes_per_s + self.latency_s
 
 
+ROUNDING_S = 1e-12  # what is left of a transfer after this little is rounding, not KV
+
+
 @dataclass
 class _Transfer:
     source: int
@@ -70,7 +73,9 @@ class SharedLinks:
         elapsed = now - self._updated_s
         if elapsed > 0:
             for t in self._active.values():
-                t.remaining_s = max(0.0, t.remaining_s - t.share * elapsed)
+                left = t.remaining_s - t.share * elapsed
+                # a transfer due now (rounding leaves it a few ulps): ends now, with the one that ended
+                t.remaining_s = left if left > ROUNDING_S else 0.0
         self._updated_s = now
 
     def _reshare(self, now: float) -> list[tuple[int, float]]:

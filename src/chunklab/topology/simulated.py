@@ -2,17 +2,18 @@
 
 Events, in a heap: a step's end (at the time its cost model predicts), a KV transfer's arrival, and
 requests' arrivals (from the sorted stream). All events at one time are applied in a fixed order (step
-ends by instance, then transfers by start order, then arrivals by request order), and only then does
+ends by instance, then transfers by hand-off order, then arrivals by request order), and only then does
 every idle instance with work start its next step, in instance order: deterministic and
 byte-reproducible. A step is computed when it starts (its tokens carry its end time); what it hands on
 (finished requests, first tokens to transfer) happens at its end.
 
-A prefilled sequence's transfer waits, in its decode instance's queue (first come, first served),
-for blocks there to hold its KV (reserved when it starts: the decode pool limits the transfers in
-flight), then shares the link with the transfers in flight on its two ports (links.SharedLinks): a
-transfer's end moves when another starts or ends, and the event of its old end is dropped. The
-prefill instance holds the sequence's blocks until its transfer ends; one whose free blocks are all
-out being sent idles until then.
+A prefilled sequence's transfer waits, in the queue of the decode instance the router chose at its
+hand-off (first come, first served), for blocks there to hold its KV (reserved when it starts: the
+decode pool limits the transfers in flight; sequences preempted there are recomputed first), then
+shares the link with the transfers in flight on its two ports (links.SharedLinks): a transfer's end
+moves when another starts or ends, and the event of its old end is dropped. The prefill instance
+holds the sequence's blocks until its transfer ends. An instance whose next step needs blocks that
+transfers in flight hold (sent from it, or reserved for KV on its way to it) idles until one ends.
 
 With one instance this is replay() (engine/replay.py) step for step: the same arrivals enter at the
 same step boundaries, so the same floats come out.
@@ -112,7 +113,7 @@ class _Simulation:
                 where = self.placements[admitted.request.request_id]
                 where.admitted_s = max(now, inst.now())
             finished = inst.step_logged(now)
-            if finished is None:  # its blocks are out being sent: a transfer's end wakes it
+            if finished is None:  # its blocks are held by transfers in flight: one's end wakes it
                 may_have_work[inst.index] = False
                 continue
             self.busy[inst.index] = True
